@@ -1,0 +1,46 @@
+"""nox sessions. Every session installs with constraints.txt, so torch is the pinned CPU build."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["conformance"]
+
+CONSTRAINTS = ("-c", "constraints.txt")
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """Run the conformance suite against the reference and every built-in subject."""
+    session.install(*CONSTRAINTS, "-e", ".[hf]", "pytest>=8")
+    session.run("pytest", "conformance", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run attnspec's own tests (the broken catalogue, the CLI, the lab notebook, mypy)."""
+    session.install(*CONSTRAINTS, "-e", ".[test]")
+    session.run("pytest", "tests", *session.posargs)
+
+
+@nox.session
+def trace(session: nox.Session) -> None:
+    """Print the lesson's shape trace: (2, 5, 12) -> (2, 3, 5, 4) -> (2, 5, 12)."""
+    session.install(*CONSTRAINTS, "-e", ".")
+    session.run("attnspec", "trace", "--n-embd", "12", "--n-head", "3", "--batch", "2",
+                "--seq", "5", *session.posargs)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the package and the consumer examples."""
+    session.install(*CONSTRAINTS, "-e", ".[test]")
+    session.run("mypy", "--strict", "src", "examples", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff on everything."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", ".", *session.posargs)

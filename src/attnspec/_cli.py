@@ -1,0 +1,101 @@
+"""The `attnspec` command line: verify, trace, plot."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ._errors import AttnspecError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse exits 2 on misuse too; keep its one-line form and our exit code.
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="attnspec", description=__doc__)
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    trace = sub.add_parser("trace", help="print the shape at every stage of the reference")
+    trace.add_argument("--n-embd", type=int, default=12, help="C, the residual width (12)")
+    trace.add_argument("--n-head", type=int, default=3, help="H, the number of heads (3)")
+    trace.add_argument("--batch", type=_positive, default=2, help="B (2)")
+    trace.add_argument("--seq", type=_positive, default=5, help="T, token positions (5)")
+    trace.add_argument("--kernel", choices=("explicit", "sdpa"), default="explicit")
+
+    from ._verify_cli import add_verify_parser
+
+    add_verify_parser(sub)
+
+    plot = sub.add_parser("plot", help="draw every head's attention weights side by side")
+    plot.add_argument("--n-embd", type=int, default=12, help="C (12)")
+    plot.add_argument("--n-head", type=int, default=3, help="H (3)")
+    plot.add_argument("--seq", type=_positive, default=4, help="T (4)")
+    plot.add_argument("--batch-row", type=int, default=0, help="which batch row to draw (0)")
+    plot.add_argument("--batch", type=_positive, default=1, help="B (1)")
+    plot.add_argument("--seed", type=int, default=0, help="seed for weights and input (0)")
+    plot.add_argument("--output", "-o", default="heads.png", help="the image file (heads.png)")
+    return parser
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from ._api import trace
+
+    print(trace(args.n_embd, args.n_head, batch=args.batch, seq=args.seq, kernel=args.kernel))
+    return EXIT_OK
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from ._plot import plot_heads
+
+    path = plot_heads(args.n_embd, args.n_head, seq=args.seq, batch=args.batch,
+                      batch_row=args.batch_row, seed=args.seed, output=args.output)
+    print(f"wrote {path}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (0 ok, 1 a property failed, 2 misuse)."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from . import __version__
+
+        print(f"attnspec {__version__}")
+        return EXIT_OK
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.command == "trace":
+            return _trace(args)
+        if args.command == "plot":
+            return _plot(args)
+        from ._verify_cli import run_verify
+
+        return run_verify(args)
+    except (AttnspecError, ValueError) as error:
+        # Misuse and bad configurations: the message alone, no traceback.
+        print(f"attnspec {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
