@@ -9,7 +9,8 @@ from ._errors import ConfigError, DivisibilityError
 
 def divisors(n: int) -> list[int]:
     """The head counts that divide a width `n`, ascending."""
-    return [h for h in range(1, n + 1) if n % h == 0]
+    small = [h for h in range(1, int(n**0.5) + 1) if n % h == 0]
+    return sorted(set(small) | {n // h for h in small})
 
 
 def _check_count(name: str, value: object) -> int:
@@ -32,7 +33,7 @@ def check_config(n_embd: object, n_head: object) -> tuple[int, int]:
     if c % h != 0:
         raise DivisibilityError(
             f"Invalid attention configuration (n_embd={c}, n_head={h}): n_embd must be "
-            f"divisible by n_head, but head_dim would be {c}/{h} = {c / h:.4g}, not a whole "
+            f"divisible by n_head, but head_dim would be {c}/{h} = {round(c / h, 3)}, not a whole "
             f"number. Head counts that divide n_embd={c}: {', '.join(map(str, divisors(c)))}."
         )
     return c, h

@@ -256,9 +256,34 @@ class CausalSelfAttention(nn.Module):
                     f"Loading weights into CausalSelfAttention(n_embd={C}, n_head={self.n_head}):"
                     f" {key} has shape {got}, but it must be {want} (C = n_embd = {C})."
                 )
+        has_bias = self.c_attn.bias is not None and self.c_proj.bias is not None
+        given = [k for k in BIAS_KEYS if k in weights and bool(weights[k].detach().any())]
+        if given and not has_bias:
+            raise ShapeError(
+                f"Loading weights into CausalSelfAttention(n_embd={C}, n_head={self.n_head}, "
+                f"bias=False): {', '.join(given)} are nonzero, and this module has no biases "
+                "to hold them; build it with bias=True."
+            )
         self.c_attn.weight.copy_(torch.cat([weights[k] for k in WEIGHT_KEYS[:3]]))
         self.c_proj.weight.copy_(weights["o_weight"])
         if self.c_attn.bias is not None and self.c_proj.bias is not None:
-            zero = torch.zeros(C)
+            zero = torch.zeros(C, dtype=self.c_attn.bias.dtype, device=self.c_attn.bias.device)
             self.c_attn.bias.copy_(torch.cat([weights.get(k, zero) for k in BIAS_KEYS[:3]]))
             self.c_proj.bias.copy_(weights.get("o_bias", zero))
+
+
+def reference_attention(
+    x: Residual, weights: Mapping[str, Tensor], n_head: int
+) -> Residual:
+    """The explicit path as a function of protocol-layout weights (the oracle's form).
+
+    Gradients flow to whichever of `x` and `weights` require them.
+    """
+    C = x.size(-1)
+    q = F.linear(x, weights["q_weight"], weights.get("q_bias"))
+    k = F.linear(x, weights["k_weight"], weights.get("k_bias"))
+    v = F.linear(x, weights["v_weight"], weights.get("v_bias"))
+    q, k, v = (split_heads(t, n_head) for t in (q, k, v))
+    y = merge_heads(attend(softmax_keys(causal_scores(q, k)), v))
+    assert y.size(-1) == C
+    return F.linear(y, weights["o_weight"], weights.get("o_bias"))

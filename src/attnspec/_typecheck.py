@@ -41,7 +41,8 @@ def _describe(value: object) -> str:
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).removeprefix("torch.")
         return f"{dtype} tensor of shape {tuple(value.shape)} on {value.device.type}"
-    return f"{type(value).__name__} {value!r:.60}"
+    shown = repr(value)
+    return f"{type(value).__name__} {shown if len(shown) <= 60 else shown[:57] + '...'}"
 
 
 def _explain_one(

@@ -1,0 +1,406 @@
+"""The engine: Hypothesis drives examples, a worker runs the subject, a Report comes out.
+
+The CLI, the Python API (`verify`) and the pytest suite in conformance/ are front ends over
+`Session`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ._errors import UsageError
+from ._properties import PROPERTY_IDS, Example
+from ._report import PropertyResult, Report
+from ._subject import default_dtypes
+from ._worker import Executor, InProcess, SubjectCrash, Worker
+
+__all__ = ["PROFILES", "PROPERTIES", "Session", "verify"]
+
+PROPERTIES: tuple[str, ...] = PROPERTY_IDS
+"""The property ids, in the order they run (DESIGN.md's table, then device_agreement)."""
+
+PROFILES: dict[str, int] = {"smoke": 10, "default": 50, "thorough": 400, "ci": 50}
+"""Examples per property for each tier; `ci` is `default`, derandomized, without a database."""
+
+_NEEDS_EXPORT = ("oracle", "oracle_grad")
+_USES_CUTS = ("causality", "prefix", "grad_causality")
+_SHRINK_SECONDS = 4.0
+Progress = Callable[[str, int, int, "PropertyResult | None"], None]
+
+
+class _Abort(BaseException):
+    """Stops Hypothesis at once (it lets BaseException through without shrinking)."""
+
+
+class _PropertyFailed(Exception):
+    pass
+
+
+def _split_ids(values: Iterable[str] | str | None, option: str) -> list[str] | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    ids = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    unknown = [i for i in ids if i not in PROPERTIES]
+    if unknown:
+        raise UsageError(f"{option} {','.join(ids)}: unknown property id "
+                         f"{', '.join(map(repr, unknown))}; the ids are {', '.join(PROPERTIES)}.")
+    return ids
+
+
+def select_properties(only: Iterable[str] | str | None = None,
+                      skip: Iterable[str] | str | None = None) -> list[str]:
+    chosen = _split_ids(only, "--only") or list(PROPERTIES)
+    skipped = set(_split_ids(skip, "--skip") or ())
+    return [p for p in PROPERTIES if p in chosen and p not in skipped]
+
+
+def _size(ex: Example) -> tuple[int, ...]:
+    return (ex.B * ex.T * ex.C, ex.T, ex.B, ex.C, ex.H, len(ex.cuts), ex.seed)
+
+
+@dataclass
+class _State:
+    examples: int = 0
+    forwards: int = 0
+    failures: list[tuple[Example, dict[str, Any]]] = field(default_factory=list)
+    last: tuple[Example, dict[str, Any]] | None = None
+    crash: tuple[Example, SubjectCrash] | None = None
+    first_failure_at: float | None = None
+    skip: str | None = None
+    notes: set[str] = field(default_factory=set)
+
+
+class Session:
+    """One subject, loaded once (in a worker process unless `isolate=False`), checked property by
+    property. Use as a context manager so the worker is stopped."""
+
+    def __init__(
+        self, target: Any, *, device: str = "all", dtypes: Sequence[str] | None = None,
+        profile: str = "default", max_examples: int | None = None, seed: int | None = None,
+        timeout: float = 30.0, isolate: bool | None = None, max_seq: int = 64,
+        database: bool | str = True, derandomize: bool | None = None,
+    ) -> None:
+        if profile not in PROFILES:
+            raise UsageError(f"profile {profile!r}: choose from {', '.join(PROFILES)}.")
+        if max_examples is not None and max_examples < 1:
+            raise UsageError(f"--max-examples {max_examples}: must be >= 1.")
+        if timeout <= 0:
+            raise UsageError(f"--timeout {timeout:g}: must be > 0 seconds.")
+        if device not in ("cpu", "cuda", "all"):
+            raise UsageError(f"--device {device!r}: choose cpu, cuda or all.")
+        cuda = torch.cuda.is_available()
+        if device == "cuda" and not cuda:
+            raise UsageError("--device cuda: torch sees no CUDA device on this machine "
+                             "(torch.cuda.is_available() is False).")
+        self.devices = ["cpu", "cuda"] if device == "all" and cuda else (
+            ["cpu"] if device == "all" else [device])
+        known = ("float32", "float64", "bfloat16", "float16")
+        for d in dtypes or ():
+            if d not in known:
+                raise UsageError(f"--dtype {d!r}: choose from {', '.join(known)}.")
+        self.requested_dtypes = list(dtypes) if dtypes else None
+        self.profile = profile
+        self.max_examples = max_examples or PROFILES[profile]
+        self.seed = seed
+        self.timeout = timeout
+        self.max_seq = max_seq
+        ci = bool(os.environ.get("CI")) or profile == "ci"
+        self.derandomize = ci if derandomize is None else derandomize
+        self.database = None if (database is False or profile == "ci") else (
+            database if isinstance(database, str) else os.path.join(".hypothesis", "attnspec"))
+        self.target = target if isinstance(target, str) else getattr(
+            target, "__name__", repr(target))
+        isolate = isinstance(target, str) if isolate is None else isolate
+        if isolate and not isinstance(target, str):
+            raise UsageError("isolate=True needs a TARGET string (a path or a dotted module); "
+                             f"got {type(target).__name__}.")
+        self.isolated = isolate
+        self.executor: Executor = Worker(target, timeout=timeout) if isolate else InProcess(target)
+        self.meta = self.executor.meta
+        self.dtypes = {dev: self._dtypes_for(dev) for dev in self.devices}
+        if not any(self.dtypes.values()):
+            raise UsageError(f"no dtype left to test: the subject claims "
+                             f"{self.meta['dtypes']}, and --dtype asked for "
+                             f"{self.requested_dtypes}.")
+
+    def _dtypes_for(self, device: str) -> list[str]:
+        claimed = self.meta["dtypes"] or list(default_dtypes(device))
+        if device == "cpu":
+            claimed = [d for d in claimed if d != "float16"] if self.meta["dtypes"] is None \
+                else claimed
+        return [d for d in claimed if self.requested_dtypes is None or d in self.requested_dtypes]
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.executor.close()
+
+    def header(self) -> dict[str, Any]:
+        import beartype
+        import hypothesis
+        import jaxtyping
+
+        from . import __version__
+
+        return {
+            "subject": self.meta["name"], "origin": self.meta["origin"],
+            "versions": {"attnspec": __version__, "python": platform.python_version(),
+                         "torch": torch.__version__, "hypothesis": hypothesis.__version__,
+                         "jaxtyping": jaxtyping.__version__, "beartype": beartype.__version__},
+            "devices": self.devices, "dtypes": self.dtypes, "profile": self.profile,
+            "max_examples": self.max_examples, "seed": self.seed,
+            "derandomize": self.derandomize, "timeout": self.timeout,
+            "isolated": self.isolated,
+        }
+
+    def replay_command(self, prop: str, ex: Example) -> str:
+        example = json.dumps(ex.to_json(), separators=(",", ":"))
+        return (f"attnspec verify {shlex.quote(self.target)} --only {prop} "
+                f"--replay {shlex.quote(example)}")
+
+    # ---- drawing examples --------------------------------------------------------------
+
+    def _draw(self, data: Any, prop: str) -> Example:
+        from hypothesis import strategies as st
+
+        from ._strategies import batch_sizes, configs, cut_points, invalid_configs, seq_lengths
+
+        if prop == "divisibility":
+            C, H = data.draw(invalid_configs(), label="C, H (invalid)")
+            return Example(B=1, T=1, C=C, H=H)
+        devices = ["cuda"] if prop == "device_agreement" else [
+            d for d in self.devices if self.dtypes[d]]
+        device = data.draw(st.sampled_from(devices), label="device")
+        dtype = data.draw(st.sampled_from(self.dtypes[device]), label="dtype")
+        C, H = data.draw(configs(supported=self.meta["supported"]), label="C, H")
+        B = data.draw(batch_sizes(min_value=2 if prop == "batch_independence" else 1),
+                      label="B")
+        T = data.draw(seq_lengths(max_value=self.max_seq), label="T")
+        cuts = data.draw(cut_points(T), label="cut points") if prop in _USES_CUTS else ()
+        scale = data.draw(st.sampled_from((1.0, 4.0)), label="scale") if prop == "finite" \
+            else 1.0
+        seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
+        return Example(B=B, T=T, C=C, H=H, dtype=dtype, device=device, seed=seed, cuts=cuts,
+                       scale=scale)
+
+    # ---- running -----------------------------------------------------------------------
+
+    def _skip_reason(self, prop: str) -> str | None:
+        if prop in _NEEDS_EXPORT and not self.meta["has_export"]:
+            return "the subject has no export_weights"
+        if prop == "device_agreement" and not (self.meta["cuda"] and "cuda" in self.devices):
+            return "no CUDA device"
+        return None
+
+    def _result(self, prop: str, state: _State, seconds: float) -> PropertyResult:
+        result = PropertyResult(id=prop, examples=state.examples, seconds=round(seconds, 3),
+                                notes=sorted(state.notes))
+        if state.examples:
+            result.forwards_per_example = round(state.forwards / state.examples, 2)
+        if state.crash is not None:
+            ex, crash = state.crash
+            result.verdict, result.message = crash.kind, str(crash)
+            result.counterexample = ex.to_json()
+            result.replay = self.replay_command(prop, ex)
+            return result
+        if state.failures:
+            ex, outcome = state.last if state.last else min(
+                state.failures, key=lambda f: _size(f[0]))
+            result.verdict = "fail" if outcome["kind"] == "fail" else "error"
+            result.message = outcome.get("message", "")
+            result.measured, result.allowed = outcome.get("measured"), outcome.get("allowed")
+            result.where = outcome.get("where")
+            result.counterexample = ex.to_json()
+            result.replay = self.replay_command(prop, ex)
+            return result
+        if state.skip is not None and state.examples == 0:
+            result.verdict, result.message = "skip", state.skip
+            return result
+        result.verdict = "pass"
+        return result
+
+    def replay(self, prop: str, example: Example | dict[str, Any]) -> PropertyResult:
+        """Run exactly one example of one property (what a failure's replay command does)."""
+        ex = example if isinstance(example, Example) else Example.from_json(example)
+        state = _State()
+        start = time.perf_counter()
+        self._one(prop, ex, state)
+        if state.failures:
+            state.last = state.failures[-1]
+        return self._result(prop, state, time.perf_counter() - start)
+
+    def _one(self, prop: str, ex: Example, state: _State) -> dict[str, Any] | None:
+        state.examples += 1
+        try:
+            outcome = self.executor.check(prop, ex)
+        except SubjectCrash as crash:
+            state.crash = (ex, crash)
+            return None
+        state.forwards += int(outcome.get("forwards", 0))
+        state.notes.update(outcome.get("notes", ()))
+        if outcome["kind"] == "skip":
+            state.skip = outcome.get("message", "skipped")
+            state.examples -= 1
+        elif outcome["kind"] in ("fail", "error"):
+            state.failures.append((ex, outcome))
+            return outcome
+        return None
+
+    def run(self, prop: str, progress: Progress | None = None) -> PropertyResult:
+        """Check one property with Hypothesis; the failure, if any, is shrunk to a small one."""
+        from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+        from hypothesis import seed as hypothesis_seed
+        from hypothesis import strategies as st
+        from hypothesis.database import DirectoryBasedExampleDatabase
+        from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
+
+        if prop not in PROPERTIES:
+            raise UsageError(f"unknown property {prop!r}; the ids are {', '.join(PROPERTIES)}.")
+        start = time.perf_counter()
+        reason = self._skip_reason(prop)
+        if reason is not None:
+            return PropertyResult(id=prop, verdict="skip", message=reason)
+        state = _State()
+        total = self.max_examples
+
+        def test(data: Any) -> None:
+            ex = self._draw(data, prop)
+            if state.first_failure_at is not None and (
+                    time.perf_counter() - state.first_failure_at > _SHRINK_SECONDS):
+                raise _Abort  # shrinking budget spent: report the smallest failure seen
+            outcome = self._one(prop, ex, state)
+            if progress is not None and state.first_failure_at is None:
+                progress(prop, min(state.examples, total), total, None)
+            if state.crash is not None:
+                raise _Abort
+            if outcome is not None:
+                if state.first_failure_at is None:
+                    state.first_failure_at = time.perf_counter()
+                state.last = (ex, outcome)
+                raise _PropertyFailed(outcome.get("message", ""))
+
+        db = DirectoryBasedExampleDatabase(self.database) if self.database else None
+        config = settings(
+            max_examples=total, deadline=None, database=db, derandomize=self.derandomize,
+            report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False,
+            suppress_health_check=list(HealthCheck),
+            phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+        )
+        wrapped = config(given(data=st.data())(test))
+        if self.seed is not None and not self.derandomize:
+            wrapped = hypothesis_seed(self.seed)(wrapped)
+        try:  # one database key per (subject, property), so failures replay first next time
+            inner = wrapped.hypothesis.inner_test  # type: ignore[attr-defined]
+            inner._hypothesis_internal_add_digest = f"{self.target}\0{prop}".encode()
+        except AttributeError:
+            pass
+        try:
+            wrapped()
+        except _Abort:
+            if state.crash is None and state.failures:
+                state.last = min(state.failures, key=lambda f: _size(f[0]))
+        except _PropertyFailed:
+            pass
+        except (FlakyFailure, FlakyStrategyDefinition) as error:
+            state.notes.add(f"flaky: {type(error).__name__}")
+        result = self._result(prop, state, time.perf_counter() - start)
+        if progress is not None:
+            progress(prop, result.examples, total, result)
+        return result
+
+
+def _progress_printer(stream: Any) -> Progress:
+    """A live line on a terminal; plain lines, one per property, otherwise."""
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    last = [0.0]
+
+    def show(prop: str, done: int, total: int, result: PropertyResult | None) -> None:
+        if result is not None:
+            line = (f"{prop:<20} {result.verdict:<8} {result.examples:>4} examples "
+                    f"{result.seconds:6.1f}s")
+            stream.write(("\r\x1b[K" if tty else "") + line + "\n")
+            stream.flush()
+        elif tty and time.monotonic() - last[0] > 0.1:
+            last[0] = time.monotonic()
+            stream.write(f"\r\x1b[K{prop:<20} running  {done:>4}/{total} examples")
+            stream.flush()
+
+    return show
+
+
+def verify(
+    target: Any, *, only: Iterable[str] | str | None = None,
+    skip: Iterable[str] | str | None = None, device: str = "all",
+    dtypes: Sequence[str] | None = None, profile: str = "default",
+    max_examples: int | None = None, seed: int | None = None, timeout: float = 30.0,
+    report: str | os.PathLike[str] | None = None, isolate: bool | None = None,
+    progress: bool | Progress = False, exitfirst: bool = False,
+    replay: dict[str, Any] | None = None, database: bool | str = True,
+) -> Report:
+    """Check an implementation of causal self-attention against every property.
+
+    ```python
+    report = attnspec.verify("path/to/impl.py")          # or "pkg.mod", "pkg.mod:NAME"
+    assert report.ok, report.summary()
+    ```
+
+    **Arguments:**
+
+    - `target`: a TARGET string (run in a supervised worker process), or a module or object
+      with `build` (run in this process).
+    - `only`, `skip`: property ids (see `PROPERTIES`).
+    - `device`: `"cpu"`, `"cuda"` or `"all"` (CUDA where present).
+    - `dtypes`: restrict the dtypes (intersected with the subject's `DTYPES`).
+    - `profile`: `"smoke"`, `"default"`, `"thorough"` or `"ci"`; `max_examples` overrides it.
+    - `seed`: the same seed gives the same examples and verdicts.
+    - `timeout`: seconds allowed for one example before the worker is killed.
+    - `report`: a path for the JSON report, written atomically after every property.
+    - `exitfirst`: stop after the first property that does not pass.
+    - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
+
+    **Returns:** a `Report`. A TARGET that cannot be loaded raises `TargetError`; bad options
+    raise `UsageError`.
+    """
+    props = select_properties(only, skip)
+    if replay is not None and len(props) != 1:
+        raise UsageError("--replay runs one example of one property: give exactly one --only.")
+    show = _progress_printer(sys.stderr) if progress is True else (progress or None)
+    with Session(target, device=device, dtypes=dtypes, profile=profile,
+                 max_examples=max_examples, seed=seed, timeout=timeout, isolate=isolate,
+                 database=database) as session:
+        result = Report(target=session.target, header=session.header())
+        result.properties = [PropertyResult(id=p) for p in props]
+        try:
+            for i, prop in enumerate(props):
+                if replay is not None:
+                    result.properties[i] = session.replay(prop, replay)
+                else:
+                    result.properties[i] = session.run(prop, show)
+                if report is not None:
+                    result.write(report)
+                if exitfirst and not result.properties[i].ok:
+                    break
+            result.partial = any(p.verdict == "not_run" for p in result.properties)
+        except KeyboardInterrupt:
+            result.interrupted = True
+            raise
+        finally:
+            if report is not None:
+                result.write(report)
+    return result

@@ -1,0 +1,217 @@
+"""`attnspec plot`: every head's causal attention weights, side by side.
+
+matplotlib is an optional extra (`pip install 'attnspec[plot]'`), imported only when a figure
+is drawn, so `import attnspec` never pulls it in.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ._config import check_config
+from ._errors import UsageError
+from ._reference import CausalSelfAttention
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["plot_heads"]
+
+# Weights are written in the cells up to this many positions; beyond it they are unreadable.
+MAX_LABELLED_T = 8
+# Panels per row before the heads wrap onto another row.
+MAX_COLUMNS = 6
+MASKED_COLOUR = "#d9d9d9"
+MASKED_HATCH_COLOUR = "#8c8c8c"
+CMAP = "viridis"
+INSTALL_HINT = (
+    "attnspec plot needs matplotlib, which is not installed. "
+    "Install it with: pip install 'attnspec[plot]'  (or: pip install matplotlib)"
+)
+
+
+def _import_matplotlib() -> Any:
+    try:
+        # The parent first: a cached submodule must not hide a missing (or blocked) matplotlib.
+        import matplotlib
+        import matplotlib.figure  # noqa: F401
+    except ImportError as error:
+        raise UsageError(INSTALL_HINT) from error
+    return matplotlib
+
+
+def _check_counts(where: str, **values: object) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {name}={value!r}; {name} must be an int >= 1.")
+
+
+def _weights(
+    n_embd: int, n_head: int, *, seq: int, batch: int, batch_row: int, seed: int
+) -> torch.Tensor:
+    """The softmax weights (H, T, T) of batch row `batch_row`, from seeded weights and input."""
+    where = f"plot_heads(n_embd={n_embd!r}, n_head={n_head!r}, seq={seq!r}, batch={batch!r})"
+    check_config(n_embd, n_head)
+    _check_counts(where, seq=seq, batch=batch)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"{where}: seed={seed!r}; seed must be an int.")
+    if isinstance(batch_row, bool) or not isinstance(batch_row, int) or not (
+        0 <= batch_row < batch
+    ):
+        raise ValueError(
+            f"{where}: batch_row={batch_row!r} is out of range; with batch B={batch} it must be "
+            f"an int from 0 to {batch - 1}."
+        )
+    # Same seeding as attnspec.trace: one seed gives the same module, input and picture.
+    gen = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        attn = CausalSelfAttention(n_embd, n_head).eval()
+    x = torch.randn(batch, seq, n_embd, generator=gen)
+    with torch.no_grad():
+        weights = attn.attention_weights(x)
+    return weights[batch_row]
+
+
+def _masked_outline(T: int) -> list[tuple[float, float]]:
+    """The staircase polygon (x = key, y = query) around every future cell, key > query."""
+    verts = [(0.5, -0.5), (T - 0.5, -0.5), (T - 0.5, T - 1.5)]
+    for i in range(T - 2, -1, -1):
+        verts += [(i + 0.5, i + 0.5), (i + 0.5, i - 0.5)]
+    return verts
+
+
+def _ticks(T: int) -> list[int]:
+    # Every position while they fit, else about a dozen evenly spaced ones (always the last).
+    step = 1 if T <= 16 else math.ceil(T / 12)
+    ticks = list(range(0, T, step))
+    if ticks[-1] != T - 1:
+        # The last position replaces a tick too close to it, so their labels never collide.
+        if T - 1 - ticks[-1] < step / 2:
+            ticks.pop()
+        ticks.append(T - 1)
+    return ticks
+
+
+def _figure(
+    n_embd: int, n_head: int, *, seq: int = 4, batch: int = 1, batch_row: int = 0, seed: int = 0
+) -> Figure:
+    """Build (not save) the figure `plot_heads` writes: one panel per head, plus a colour bar."""
+    weights = _weights(n_embd, n_head, seq=seq, batch=batch, batch_row=batch_row, seed=seed)
+    _import_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch, Polygon
+
+    H, T = n_head, seq
+    D = n_embd // n_head
+    rows = math.ceil(H / MAX_COLUMNS)
+    # Balanced rows: 8 heads are drawn 4 + 4, not 6 + 2.
+    cols = math.ceil(H / rows)
+    panel = min(max(1.6 + 0.45 * T, 3.0), 6.0)
+    labelled = T <= MAX_LABELLED_T
+    # About a third of a cell's height in points, so "0.00" fits inside its cell.
+    fontsize = min(11.0, 0.3 * 72 * 0.85 * panel / T)
+    # Wide enough for the three title lines even with a single head.
+    width = max(panel * cols + 1.4, 8.5)
+
+    fig = Figure(figsize=(width, panel * rows + 1.9), layout="constrained")
+    # Agg draws off screen, so no display is needed and the caller's backend is untouched.
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False, sharex=True, sharey=True)
+    image = None
+    for h in range(rows * cols):
+        ax = axes[h // cols][h % cols]
+        if h >= H:
+            ax.set_axis_off()
+            continue
+        w = weights[h]
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        shown = w.masked_fill(future, float("nan")).numpy()
+        image = ax.imshow(shown, cmap=CMAP, vmin=0.0, vmax=1.0, interpolation="nearest")
+        if T > 1:
+            # Future keys are hatched grey, not just dark: they are masked, not merely unlikely.
+            ax.add_patch(Polygon(_masked_outline(T), closed=True, facecolor=MASKED_COLOUR,
+                                 edgecolor=MASKED_HATCH_COLOUR, hatch="///", linewidth=0.0,
+                                 label="masked"))
+        if labelled:
+            for i in range(T):
+                for j in range(i + 1):
+                    value = float(w[i, j])
+                    # Dark text on the bright end of viridis, white on the dark end.
+                    colour = "black" if value > 0.6 else "white"
+                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=colour,
+                            fontsize=fontsize)
+        ticks = _ticks(T)
+        names = [f"t{t + 1}" for t in ticks]
+        ax.set_xticks(ticks, names)
+        ax.set_yticks(ticks, names)
+        ax.tick_params(labelbottom=True, labelleft=True, length=0)
+        ax.set_xlabel("key position")
+        ax.set_ylabel("query position")
+        ax.set_title(f"head {h + 1} of {H}\nchannels {h * D}\u2013{(h + 1) * D - 1} (D = {D})",
+                     fontsize=11)
+        # Thin white grid lines between cells keep neighbouring weights apart.
+        ax.set_xticks([t - 0.5 for t in range(1, T)], minor=True)
+        ax.set_yticks([t - 0.5 for t in range(1, T)], minor=True)
+        ax.grid(which="minor", color="white", linewidth=1.0 if T <= 32 else 0.0)
+        ax.tick_params(which="minor", length=0)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+
+    fig.suptitle(
+        f"Causal attention weights, one panel per head\n"
+        f"n_embd (C) = {n_embd}, n_head (H) = {n_head}, head_dim (D) = {D}, T = {T}, "
+        f"seed = {seed}, batch row {batch_row} of B = {batch}\n"
+        f"Every head sees the same T positions; each row sums to 1.",
+        fontsize=12,
+    )
+    if image is not None:
+        bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, pad=0.02)
+        bar.set_label("attention weight (softmax over keys)")
+    key = Patch(facecolor=MASKED_COLOUR, edgecolor=MASKED_HATCH_COLOUR, hatch="///",
+                label="future key (key > query): masked by the causal rule, weight 0")
+    fig.legend(handles=[key], loc="outside lower center", frameon=False, fontsize=10)
+    return fig
+
+
+def plot_heads(
+    n_embd: int,
+    n_head: int,
+    *,
+    seq: int = 4,
+    batch: int = 1,
+    batch_row: int = 0,
+    seed: int = 0,
+    output: str | Path = "heads.png",
+) -> Path:
+    """Draw every head's causal attention weights side by side and write the image.
+
+    One panel per head over the same T positions: rows are query positions, columns key
+    positions, future (masked) cells hatched grey, weights written in the cells when T <= 8.
+
+    ```python
+    attnspec._plot.plot_heads(12, 3, seq=4, output="heads.png")  # the lesson's picture
+    ```
+
+    **Arguments:**
+
+    - `n_embd`, `n_head`: C and H, validated first (`ConfigError`, `DivisibilityError`).
+    - `seq`: T, token positions (>= 1). `batch`: B (>= 1); `batch_row`: which row, 0..B-1.
+    - `seed`: seeds the module's weights and the input, so a seed always gives the same picture.
+    - `output`: the file; its suffix picks the format (png, svg, pdf).
+
+    **Returns:** the path written. Raises `UsageError` with the install command when matplotlib
+    is missing.
+    """
+    path = Path(output)
+    if not path.parent.is_dir():
+        raise UsageError(f"plot_heads(output={str(output)!r}): the folder {str(path.parent)!r} "
+                         f"does not exist.")
+    fig = _figure(n_embd, n_head, seq=seq, batch=batch, batch_row=batch_row, seed=seed)
+    fig.savefig(path, dpi=150)
+    return path

@@ -1,0 +1,71 @@
+"""Hypothesis strategies for examples: shapes, configurations, dtypes, devices, cut points."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import strategies as st
+
+__all__ = ["batch_sizes", "configs", "cut_points", "invalid_configs", "seq_lengths"]
+
+# T values where off-by-one and block-boundary bugs live: 1, 2, powers of two and neighbours.
+_SPECIAL_T = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255,
+              256, 257)
+
+
+def seq_lengths(*, min_value: int = 1, max_value: int = 64) -> st.SearchStrategy[int]:
+    """T, weighted towards 1, 2, powers of two and their neighbours, and T > 16."""
+    special = [t for t in _SPECIAL_T if min_value <= t <= max_value]
+    options = [st.sampled_from(special)] if special else []
+    if max_value > 16:
+        options.append(st.integers(max(17, min_value), max_value))
+    options.append(st.integers(min_value, max_value))
+    return st.one_of(*options)
+
+
+def batch_sizes(*, min_value: int = 1, max_value: int = 4) -> st.SearchStrategy[int]:
+    """B."""
+    return st.integers(min_value, max_value)
+
+
+def configs(
+    *, max_heads: int = 8, max_head_dim: int = 16,
+    supported: Sequence[tuple[int, int]] | None = None,
+) -> st.SearchStrategy[tuple[int, int]]:
+    """Valid (C, H) pairs: H in 1..max_heads, D in 1..max_head_dim, C = H * D.
+
+    `supported`, when given, is the subject's own list of (C, H) it handles.
+    """
+    pairs = st.tuples(st.integers(1, max_heads), st.integers(1, max_head_dim)).map(
+        lambda hd: (hd[0] * hd[1], hd[0]))
+    if supported is None:
+        return pairs
+    allowed = set(map(tuple, supported))
+    if not allowed:
+        raise ValueError("the subject supports none of the configurations attnspec draws "
+                         f"(H 1..{max_heads}, D 1..{max_head_dim}).")
+    return st.one_of(pairs.filter(lambda ch: ch in allowed), st.sampled_from(sorted(allowed)))
+
+
+def invalid_configs(*, max_embd: int = 128) -> st.SearchStrategy[tuple[int, int]]:
+    """(C, H) that `build` must refuse: C % H != 0, or C < 1, or H < 1."""
+    indivisible = st.tuples(st.integers(1, max_embd), st.integers(2, 16)).filter(
+        lambda ch: ch[0] % ch[1] != 0)
+    below_one = st.one_of(
+        st.tuples(st.integers(-4, 0), st.integers(1, 8)),
+        st.tuples(st.integers(1, max_embd), st.integers(-4, 0)),
+    )
+    return st.one_of(indivisible, below_one)
+
+
+def cut_points(T: int) -> st.SearchStrategy[tuple[int, ...]]:
+    """Many cut points for one example: 0, 1, T-1, T//2, powers of two and neighbours, plus
+    a few drawn at random."""
+    base = {0, 1, T // 2, T - 2, T - 1}
+    power = 2
+    while power <= T:
+        base |= {power - 1, power, power + 1}
+        power *= 2
+    fixed = sorted(t for t in base if 0 <= t < T)
+    extra = st.lists(st.integers(0, max(0, T - 1)), max_size=4)
+    return extra.map(lambda more: tuple(sorted(set(fixed) | set(more))))

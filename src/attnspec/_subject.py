@@ -1,0 +1,169 @@
+"""Loading a TARGET as a subject (the protocol in DESIGN.md), with plain errors.
+
+A TARGET is code and runs like a pytest file: its directory goes on sys.path and it is imported.
+Nothing is unpickled; weights move only through `export_weights`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from ._errors import TargetError
+
+__all__ = ["Subject", "default_dtypes", "load_subject", "split_target"]
+
+_DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64,
+                "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    try:
+        return _DTYPE_NAMES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; choose from {', '.join(_DTYPE_NAMES)}") from None
+
+
+def default_dtypes(device: str) -> tuple[str, ...]:
+    """DESIGN.md's default: float32, float64, bfloat16, and float16 on CUDA."""
+    base = ("float32", "float64", "bfloat16")
+    return (*base, "float16") if device == "cuda" else base
+
+
+@dataclass
+class Subject:
+    """A loaded subject: what the protocol provides, looked up once."""
+
+    target: str
+    name: str
+    build: Callable[[int, int], Any]
+    export_weights: Callable[[Any], Mapping[str, Any]] | None
+    supports: Callable[[int, int], bool] | None
+    dtypes: tuple[str, ...] | None
+    origin: str
+
+
+def split_target(target: str) -> tuple[str, str | None]:
+    """`path/or.module[:NAME]` -> (spec, NAME or None)."""
+    spec, sep, name = target.rpartition(":")
+    if sep and name.isidentifier() and spec:
+        return spec, name
+    return target, None
+
+
+def _is_path(spec: str) -> bool:
+    return spec.endswith(".py") or os.sep in spec or os.path.exists(spec)
+
+
+def _where(error: BaseException, files: tuple[str, ...]) -> str:
+    """`file:line: Type: message`, at the subject's own frame when there is one."""
+    if isinstance(error, SyntaxError):
+        return f"{error.filename}:{error.lineno}: SyntaxError: {error.msg}"
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [f for f in frames if "importlib" not in f.filename
+           and os.sep + "attnspec" + os.sep not in f.filename]
+    mine = [f for f in own if os.path.abspath(f.filename) in files] or own
+    head = f"{mine[-1].filename}:{mine[-1].lineno}: " if mine else ""
+    return f"{head}{type(error).__name__}: {error}"
+
+
+def _import(target: str, spec: str) -> tuple[ModuleType, str]:
+    if _is_path(spec):
+        path = os.path.abspath(spec)
+        if not os.path.isfile(path):
+            raise TargetError(f"TARGET {target!r}: no such file {spec!r}.")
+        directory = os.path.dirname(path)
+        if directory not in sys.path:
+            sys.path.insert(0, directory)  # like pytest's rootdir-less import: siblings import
+        stem = os.path.splitext(os.path.basename(path))[0]
+        name = f"attnspec_subject_{stem}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise TargetError(f"TARGET {target!r}: {spec!r} cannot be imported as Python.")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as error:
+            del sys.modules[name]
+            raise TargetError(f"TARGET {target!r} failed to import: "
+                              f"{_where(error, (path,))}") from None
+        return module, path
+    if "." not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a dotted TARGET resolves from where the user stands
+    try:
+        module = importlib.import_module(spec)
+    except ModuleNotFoundError as error:
+        if error.name and spec.startswith(error.name):
+            raise TargetError(f"TARGET {target!r}: no module named {error.name!r} "
+                              "(neither a file nor an importable module).") from None
+        raise TargetError(f"TARGET {target!r} failed to import: {_where(error, ())}") from None
+    except Exception as error:
+        raise TargetError(f"TARGET {target!r} failed to import: {_where(error, ())}") from None
+    return module, getattr(module, "__file__", None) or spec
+
+
+def _optional(obj: Any, attr: str, target: str) -> Any:
+    value = getattr(obj, attr, None)
+    if value is not None and not callable(value):
+        raise TargetError(f"TARGET {target!r}: {attr} is a {type(value).__name__}, "
+                          "not a function.")
+    return value
+
+
+def load_subject(target: str) -> Subject:
+    """Import TARGET and check that it provides the protocol; `TargetError` says what is wrong."""
+    if not isinstance(target, str) or not target.strip():
+        raise TargetError(f"TARGET {target!r}: expected a file path or a dotted module name.")
+    spec, attr = split_target(target.strip())
+    module, origin = _import(target, spec)
+    obj: Any = module
+    if attr is not None:
+        if not hasattr(module, attr):
+            raise TargetError(f"TARGET {target!r}: {spec} has no attribute {attr!r}.")
+        obj = getattr(module, attr)
+    build = getattr(obj, "build", None)
+    if build is None:
+        if obj is not module and callable(obj):
+            build = obj  # a plain callable TARGET is taken as build
+        else:
+            raise TargetError(f"TARGET {target!r} has no build(n_embd, n_head); "
+                              "define one that returns a torch.nn.Module.")
+    if not callable(build):
+        raise TargetError(f"TARGET {target!r}: build is a {type(build).__name__}, not a function.")
+    try:
+        inspect.signature(build).bind(1, 1)
+    except TypeError:
+        raise TargetError(f"TARGET {target!r}: build{inspect.signature(build)} cannot be called "
+                          "as build(n_embd, n_head).") from None
+    except ValueError:  # builtins without a signature: let the first call tell
+        pass
+    dtypes: tuple[str, ...] | None = None
+    declared = getattr(obj, "DTYPES", None)
+    if declared is not None:
+        try:
+            dtypes = tuple(dtype_name(d) for d in declared if isinstance(d, torch.dtype))
+        except TypeError:
+            dtypes = ()
+        if not dtypes or len(dtypes) != len(list(declared)):
+            raise TargetError(f"TARGET {target!r}: DTYPES must be a sequence of torch dtypes, "
+                              f"got {declared!r}.")
+    name = getattr(obj, "__name__", None) or type(obj).__name__
+    return Subject(target=target, name=str(name), build=build,
+                   export_weights=_optional(obj, "export_weights", target),
+                   supports=_optional(obj, "supports", target), dtypes=dtypes,
+                   origin=str(origin))

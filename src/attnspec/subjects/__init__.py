@@ -1,0 +1,10 @@
+"""Built-in subjects: TARGETs that ship with attnspec (`attnspec verify attnspec.subjects.NAME`).
+
+- `reference`: the explicit path (the oracle itself).
+- `reference_sdpa`: the reference's fast path (`kernel="sdpa"`).
+- `torch_mha`: `torch.nn.MultiheadAttention` with a causal mask.
+- `sdpa`: fused QKV projection + `F.scaled_dot_product_attention(is_causal=True)`.
+- `hf_gpt2`: transformers' `GPT2Attention` (needs `attnspec[hf]`).
+"""
+
+BUILTIN = ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2")

@@ -1,0 +1,18 @@
+"""The reference itself, explicit path: it must pass everything."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from torch import Tensor, nn
+
+from .._reference import CausalSelfAttention
+
+
+def build(n_embd: int, n_head: int) -> nn.Module:
+    return CausalSelfAttention(n_embd, n_head)
+
+
+def export_weights(module: nn.Module) -> Mapping[str, Tensor]:
+    assert isinstance(module, CausalSelfAttention)
+    return module.export_weights()

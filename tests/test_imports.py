@@ -1,0 +1,47 @@
+"""Importing attnspec: what it pulls in, and what it exports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import attnspec
+
+PROBE = """
+import json, sys
+import attnspec
+print(json.dumps({
+    "heavy": sorted(m for m in sys.modules if m.split(".")[0] in ("hypothesis", "matplotlib")),
+    "version": attnspec.__version__,
+}))
+"""
+
+# The reference's public names; a rename here breaks users.
+PUBLIC = ("AttentionConfig", "AttentionWeights", "AttnspecError", "CausalSelfAttention",
+          "ConfigError", "DivisibilityError", "HeadTensor", "Residual", "ShapeError",
+          "ShapeTrace", "TargetError", "UsageError", "divisors", "trace", "typecheck_enabled")
+
+
+def test_import_does_not_pull_in_hypothesis_or_matplotlib() -> None:
+    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, f"import attnspec failed: {result.stderr[-2000:]}"
+    probe = json.loads(result.stdout)
+    assert probe["heavy"] == [], (
+        f"import attnspec imported {probe['heavy']}; the engine and plots must load lazily"
+    )
+    assert isinstance(probe["version"], str) and probe["version"], (
+        f"attnspec.__version__={probe['version']!r}, but should be a non-empty string"
+    )
+
+
+def test_public_names_are_exported() -> None:
+    missing = [name for name in PUBLIC if not hasattr(attnspec, name)]
+    assert missing == [], f"attnspec does not export {missing}"
+
+
+def test_version_is_a_string() -> None:
+    assert isinstance(attnspec.__version__, str), (
+        f"attnspec.__version__={attnspec.__version__!r} is a {type(attnspec.__version__).__name__}"
+    )
