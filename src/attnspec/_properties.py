@@ -130,7 +130,7 @@ def _forward(module: torch.nn.Module, x: Tensor, run: _Run, *, grad: bool = Fals
 def _where(index: tuple[int, ...] | None, cut: int | None = None) -> dict[str, Any] | None:
     if index is None:
         return None
-    where = dict(zip(("b", "t", "c"), index))
+    where = dict(zip(("b", "t", "c"), index, strict=False))
     if cut is not None:
         where["cut"] = cut
     return where
@@ -205,7 +205,8 @@ def check_causality(subject: Subject, ex: Example, run: _Run) -> Outcome:
         changed.append(xt)
     stacked = torch.cat([x, x, *changed], dim=0)
     out = _forward(module, stacked, run)
-    jitter = max(_jitter(module, stacked, out, run), tol.max_abs_diff(out[:ex.B], out[ex.B:2 * ex.B])[0])
+    in_call = tol.max_abs_diff(out[:ex.B], out[ex.B:2 * ex.B])[0]
+    jitter = max(_jitter(module, stacked, out, run), in_call)
     base = out[:ex.B]
     allowed = tol.K * jitter
     worst: tuple[float, int, tuple[int, ...] | None] = (0.0, -1, None)
@@ -362,7 +363,7 @@ def _grads(fn: Callable[[Tensor, dict[str, Tensor]], Tensor], x: Tensor,
     leaves = {k: v.detach().requires_grad_(True) for k, v in weights.items()}
     out = fn(x, leaves)
     grads = torch.autograd.grad(out, [x, *leaves.values()], cotangent.to(out.dtype))
-    return grads[0], dict(zip(leaves, grads[1:]))
+    return grads[0], dict(zip(leaves, grads[1:], strict=True))
 
 
 def check_oracle_grad(subject: Subject, ex: Example, run: _Run) -> Outcome:

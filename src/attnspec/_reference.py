@@ -195,7 +195,7 @@ class CausalSelfAttention(nn.Module):
         y = steps.merge_heads(y)
         if trace is not None:
             trace.record("merge", tuple(y.shape))
-        out = steps.residual_input(self.c_proj(y), self.n_embd)
+        out: Residual = steps.residual_input(self.c_proj(y), self.n_embd)
         if trace is not None:
             trace.record("output projection", tuple(out.shape))
         return out

@@ -56,7 +56,8 @@ class ShapeTrace:
 
     def record(self, name: str, shape: tuple[int, ...], note: str | None = None) -> None:
         labels = dict(STAGES)[name]
-        self.stages.append(Stage(name, labels, tuple(shape), _NOTES[name] if note is None else note))
+        note = _NOTES[name] if note is None else note
+        self.stages.append(Stage(name, labels, tuple(shape), note))
 
     def shape(self, name: str) -> tuple[int, ...]:
         """The shape recorded at stage `name` (KeyError naming the stages recorded otherwise)."""

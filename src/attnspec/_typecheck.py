@@ -55,16 +55,16 @@ def _explain_one(
     shown = f"{where} expected {annotation.__name__}, got {_describe(value)}"
     if not isinstance(value, annotation.array_type):
         return f"{shown}: not a {annotation.array_type.__name__}."
-    dtype = str(value.dtype).removeprefix("torch.")  # type: ignore[attr-defined]
+    dtype = str(value.dtype).removeprefix("torch.")
     if dtype not in annotation.dtypes:
         kind = "a floating dtype" if "float32" in annotation.dtypes else str(annotation.dtypes)
         return f"{shown}: dtype {dtype} is not {kind}."
     raw = spec.split()
-    shape = tuple(value.shape)  # type: ignore[attr-defined]
+    shape = tuple(value.shape)
     if len(raw) != len(shape):
         labels = ", ".join(_TOKEN_LABELS.get(token, token) for token in raw)
         return f"{shown}: {len(shape)} axes, but the annotation has {len(raw)} ({labels})."
-    for axis, (token, size) in enumerate(zip(raw, shape)):
+    for axis, (token, size) in enumerate(zip(raw, shape, strict=True)):
         label = _TOKEN_LABELS.get(token, token)
         resolved = re.sub(r"\{(\w+)\}", lambda m: str(args.get(m.group(1), m.group(0))), token)
         if resolved.isidentifier():

@@ -69,8 +69,6 @@ def run_verify(args: argparse.Namespace) -> int:
             raise UsageError(f"--replay {args.replay!r}: not JSON ({error}).") from None
         if not isinstance(replay, dict):
             raise UsageError(f"--replay {args.replay!r}: expected a JSON object.")
-    header_shown = []
-
     def progress(prop: str, done: int, total: int, result: Any) -> None:
         printer(prop, done, total, result)
 
@@ -93,7 +91,6 @@ def run_verify(args: argparse.Namespace) -> int:
         print("\nattnspec verify: interrupted; the report so far is marked partial.",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    del header_shown
     print(_header(report.header, args.target))
     print(report.summary())
     if args.report:

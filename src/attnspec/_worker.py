@@ -138,7 +138,8 @@ class Worker:
         try:
             kind, payload = parent.recv()
         except EOFError:
-            code = process.exitcode if process.join(5) is None else process.exitcode
+            process.join(5)
+            code = process.exitcode
             self._kill()
             raise TargetError(f"TARGET {self.target!r} killed its process while loading "
                               f"({_signal_name(code)}).") from None
@@ -205,7 +206,7 @@ class InProcess:
             supported = [(c, h) for c, h in grid() if loaded.supports(c, h)]
         import torch
 
-        self.meta = {"name": loaded.name, "origin": loaded.origin,
+        self.meta: dict[str, Any] = {"name": loaded.name, "origin": loaded.origin,
                      "has_export": loaded.export_weights is not None,
                      "dtypes": list(loaded.dtypes) if loaded.dtypes is not None else None,
                      "supported": supported, "cuda": torch.cuda.is_available()}

@@ -28,7 +28,7 @@ class HFGPT2Attention(nn.Module):
         check_config(n_embd, n_head)
         config = GPT2Config(n_embd=n_embd, n_head=n_head, attn_pdrop=0.0, resid_pdrop=0.0)
         config._attn_implementation = "eager"
-        self.attn = GPT2Attention(config, layer_idx=0)
+        self.attn = GPT2Attention(config, layer_idx=0)  # type: ignore[no-untyped-call]
 
     def forward(self, x: Tensor) -> Tensor:
         T = x.size(1)
@@ -36,7 +36,8 @@ class HFGPT2Attention(nn.Module):
         mask = torch.zeros(T, T, dtype=x.dtype, device=x.device)
         mask = mask.masked_fill(future, torch.finfo(x.dtype).min)[None, None]
         out = self.attn(x, attention_mask=mask)
-        return out[0] if isinstance(out, tuple) else out
+        result: Tensor = out[0] if isinstance(out, tuple) else out
+        return result
 
 
 def build(n_embd: int, n_head: int) -> nn.Module:

@@ -22,7 +22,8 @@ class SDPAAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.out(y.transpose(1, 2).reshape(B, T, C))
+        out: Tensor = self.out(y.transpose(1, 2).reshape(B, T, C))
+        return out
 
 
 def build(n_embd: int, n_head: int) -> nn.Module:

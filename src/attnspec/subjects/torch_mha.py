@@ -20,7 +20,7 @@ class CausalMHA(nn.Module):
         T = x.size(1)
         # True marks a key the query may NOT see: everything above the diagonal.
         future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-        out, _ = self.mha(x, x, x, attn_mask=future, need_weights=False)
+        out: Tensor = self.mha(x, x, x, attn_mask=future, need_weights=False)[0]
         return out
 
 
