@@ -1,0 +1,7 @@
+import torch
+
+DTYPES = ("float32",)
+
+
+def build(n_embd, n_head):
+    return torch.nn.Identity()

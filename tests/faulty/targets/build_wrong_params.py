@@ -1,0 +1,5 @@
+import torch
+
+
+def build(config):
+    return torch.nn.Identity()

@@ -1,0 +1,259 @@
+"""Runner reliability: bad TARGETs exit 2 plainly; faulty subjects become verdicts; the report
+is always written; runs are reproducible."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import attnspec
+from attnspec._errors import TargetError
+from attnspec._subject import load_subject
+
+HERE = Path(__file__).parent
+FAULTY = HERE / "faulty"
+TARGETS = FAULTY / "targets"
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "attnspec", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=HERE.parent)
+
+
+def verify(target: Path | str, **options: object) -> attnspec.Report:
+    options.setdefault("max_examples", 15)
+    options.setdefault("seed", 1)
+    options.setdefault("database", False)
+    return attnspec.verify(str(target), **options)  # type: ignore[arg-type]
+
+
+# ---- TARGET problems: exit 2, one or two lines, no traceback from attnspec ----------------
+
+TARGET_ERRORS = {
+    "missing.py": "TARGET 'tests/faulty/targets/missing.py': no such file "
+                  "'tests/faulty/targets/missing.py'.",
+    "no_build.py": "TARGET 'tests/faulty/targets/no_build.py' has no build(n_embd, n_head); "
+                   "define one that returns a torch.nn.Module.",
+    "build_not_callable.py": "TARGET 'tests/faulty/targets/build_not_callable.py': build is a "
+                             "int, not a function.",
+    "build_wrong_params.py": "TARGET 'tests/faulty/targets/build_wrong_params.py': "
+                             "build(config) cannot be called as build(n_embd, n_head).",
+    "bad_dtypes.py": "TARGET 'tests/faulty/targets/bad_dtypes.py': DTYPES must be a sequence "
+                     "of torch dtypes, got ('float32',).",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TARGET_ERRORS))
+def test_target_problem_exits_2_with_one_line(name: str) -> None:
+    done = cli("verify", f"tests/faulty/targets/{name}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"attnspec verify: {TARGET_ERRORS[name]}", done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_syntax_error_shows_the_subjects_file_and_line() -> None:
+    done = cli("verify", "tests/faulty/targets/syntax_error.py")
+    assert done.returncode == 2
+    path = TARGETS / "syntax_error.py"
+    assert done.stderr.startswith(
+        f"attnspec verify: TARGET 'tests/faulty/targets/syntax_error.py' failed to import: "
+        f"{path}:1: SyntaxError: "), done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2
+
+
+@pytest.mark.parametrize(("name", "line", "error"), [
+    ("import_error.py", 3, "ModuleNotFoundError: No module named "
+                           "'a_module_that_does_not_exist'"),
+    ("raises_on_import.py", 4, "KeyError: 'large'"),
+])
+def test_import_error_shows_the_subjects_own_line(name: str, line: int, error: str) -> None:
+    done = cli("verify", f"tests/faulty/targets/{name}")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"attnspec verify: TARGET 'tests/faulty/targets/{name}' failed to import: "
+        f"{TARGETS / name}:{line}: {error}"), done.stderr
+
+
+def test_unknown_module_exits_2() -> None:
+    done = cli("verify", "no_such_package.attention")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("attnspec verify: TARGET 'no_such_package.attention': no "
+                                   "module named 'no_such_package' (neither a file nor an "
+                                   "importable module).")
+
+
+def test_subject_that_kills_its_process_while_loading_exits_2() -> None:
+    done = cli("verify", "tests/faulty/targets/aborts_on_import.py")
+    assert done.returncode == 2
+    assert "killed its process while loading (killed by SIGABRT)" in done.stderr
+
+
+def test_misuse_exits_2() -> None:
+    assert cli("verify").returncode == 2
+    done = cli("verify", "attnspec.subjects.reference", "--only", "causalty")
+    assert done.returncode == 2
+    assert "unknown property id 'causalty'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_name_inside_a_module_is_loaded() -> None:
+    made = load_subject(f"{TARGETS / 'callables.py'}:make")
+    assert made.build(12, 3).n_embd == 12  # a plain callable is taken as build
+    assert load_subject(f"{TARGETS / 'callables.py'}:Namespace").build(8, 2) is not None
+    with pytest.raises(TargetError, match="has no attribute 'missing'"):
+        load_subject(f"{TARGETS / 'callables.py'}:missing")
+    with pytest.raises(TargetError, match="has no build"):
+        load_subject(f"{TARGETS / 'callables.py'}:not_callable")
+
+
+# ---- subject faults: verdicts on the property and example, the other properties still run --
+
+
+def test_hang_is_a_timeout_verdict_and_the_rest_still_runs(tmp_path: Path) -> None:
+    report_path = tmp_path / "report.json"
+    report = verify(FAULTY / "hangs.py", only="width,divisibility,causality", timeout=2,
+                    report=report_path)
+    width, divisibility, causality = report.properties
+    assert width.verdict == "timeout" and "no answer within --timeout 2 s" in width.message
+    assert width.counterexample is not None and width.counterexample["T"] > 2
+    assert divisibility.verdict == "pass"  # the worker was restarted after the hang
+    assert causality.verdict == "timeout"
+    assert json.loads(report_path.read_text())["properties"][0]["verdict"] == "timeout"
+
+
+@pytest.mark.parametrize(("name", "signal_name"), [("aborts.py", "SIGABRT"),
+                                                   ("segfaults.py", "SIGSEGV")])
+def test_crash_is_a_verdict_and_the_rest_still_runs(name: str, signal_name: str,
+                                                    tmp_path: Path) -> None:
+    report_path = tmp_path / "report.json"
+    report = verify(FAULTY / name, only="width,divisibility,determinism", report=report_path)
+    width, divisibility, determinism = report.properties
+    assert width.verdict == "crash", width
+    assert f"killed its process (killed by {signal_name})" in width.message
+    assert divisibility.verdict == "pass"
+    assert determinism.verdict == "crash"
+    saved = json.loads(report_path.read_text())
+    assert [p["verdict"] for p in saved["properties"]] == ["crash", "pass", "crash"]
+    assert saved["status"] == "fail" and saved["partial"] is False
+
+
+def test_forward_raising_is_an_error_with_the_subjects_text_shrunk_to_the_edge() -> None:
+    report = verify(FAULTY / "raises.py", only="width,divisibility", max_examples=40)
+    width = report.result("width")
+    assert width.verdict == "error"
+    assert width.message == ("forward raised on input of shape (1, 9, 1): NotImplementedError: "
+                             "tile for T=9 not written yet")
+    assert width.counterexample is not None and width.counterexample["T"] == 9
+    assert report.result("divisibility").verdict == "pass"
+
+
+def test_tuple_output_gets_a_hint() -> None:
+    width = verify(FAULTY / "returns_tuple.py", only="width").result("width")
+    assert width.verdict == "error"
+    assert width.message == ("forward returned tuple (a tuple, as nn.MultiheadAttention "
+                             "returns (output, weights): return only the output tensor), "
+                             "not a Tensor.")
+
+
+def test_nan_output_fails_finite() -> None:
+    finite = verify(FAULTY / "nan_for_long.py", only="finite", max_examples=40).result("finite")
+    assert finite.verdict == "fail"
+    # Shrinking stops near the edge: T=6 or the special value 7.
+    assert finite.counterexample is not None and finite.counterexample["T"] in (6, 7)
+    T = finite.counterexample["T"]
+    assert f"outputs are not finite (first nan at (B, T, C) index (0, {T - 1}, 0))" \
+        in finite.message
+
+
+def test_export_with_a_missing_key_is_an_oracle_error() -> None:
+    oracle = verify(FAULTY / "export_missing_key.py", only="oracle").result("oracle")
+    assert oracle.verdict == "error"
+    assert oracle.message.startswith("export_weights returned keys [")
+    assert oracle.message.endswith("missing o_weight.")
+
+
+def test_export_with_a_wrong_shape_is_an_oracle_error() -> None:
+    oracle = verify(FAULTY / "export_wrong_shape.py", only="oracle").result("oracle")
+    assert oracle.verdict == "error"
+    assert oracle.message == ("export_weights: q_weight is (3, 1), but must be (1, 1) "
+                              "(C = n_embd = 1, nn.Linear layout).")
+
+
+def test_build_raising_for_a_valid_configuration_is_an_error() -> None:
+    width = verify(FAULTY / "build_raises.py", only="width", max_examples=60).result("width")
+    assert width.verdict == "error"
+    assert width.message.startswith("build(5, 5) raised for a valid configuration: "
+                                    "ValueError: only up to 4 heads supported, got 5")
+
+
+def test_supports_and_dtypes_limit_what_is_drawn() -> None:
+    report = verify(FAULTY / "supports_even.py", only="width,oracle", max_examples=30)
+    assert report.ok, report.summary()
+    assert report.header["dtypes"] == {"cpu": ["float32"]}
+
+
+def test_exit_status_is_1_on_a_failing_subject_and_report_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    done = cli("verify", "tests/faulty/raises.py", "--only", "width", "--max-examples", "20",
+               "--seed", "3", "--no-database", "--report", str(path))
+    assert done.returncode == 1, done.stderr
+    saved = json.loads(path.read_text())
+    assert saved["status"] == "fail" and saved["properties"][0]["verdict"] == "error"
+    assert "replay: attnspec verify tests/faulty/raises.py --only width --replay " in done.stdout
+
+
+def test_report_is_written_for_a_target_error(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    done = cli("verify", "tests/faulty/targets/no_build.py", "--report", str(path))
+    assert done.returncode == 2
+    assert "has no build" in json.loads(path.read_text())["error"]
+
+
+def test_ctrl_c_writes_a_partial_report(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attnspec", "verify", "tests/faulty/slow.py", "--no-database",
+         "--max-examples", "30", "--report", str(path)],
+        cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not path.exists() and time.monotonic() < deadline:  # the first property has finished
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    saved = json.loads(path.read_text())
+    assert saved["partial"] is True and saved["status"] == "interrupted"
+    verdicts = [p["verdict"] for p in saved["properties"]]
+    assert verdicts[0] == "pass" and "not_run" in verdicts
+    assert "interrupted; the report so far is marked partial" in stderr
+    assert "Traceback" not in stderr
+
+
+# ---- reproducible ----------------------------------------------------------------------
+
+
+def test_same_seed_gives_same_examples_and_verdicts() -> None:
+    first = verify(FAULTY / "raises.py", only="width,causality", seed=7, max_examples=25)
+    second = verify(FAULTY / "raises.py", only="width,causality", seed=7, max_examples=25)
+    assert [(p.verdict, p.examples, p.counterexample) for p in first.properties] == \
+           [(p.verdict, p.examples, p.counterexample) for p in second.properties]
+
+
+def test_replay_command_reproduces_the_failure() -> None:
+    width = verify(FAULTY / "raises.py", only="width", max_examples=30).result("width")
+    assert width.replay is not None and width.counterexample is not None
+    replayed = attnspec.verify(str(FAULTY / "raises.py"), only="width",
+                               replay=width.counterexample)
+    assert replayed.result("width").verdict == "error"
+    assert replayed.result("width").message == width.message
+    assert replayed.result("width").examples == 1
