@@ -33,6 +33,13 @@ def trace(session: nox.Session) -> None:
 
 
 @nox.session
+def lab(session: nox.Session) -> None:
+    """Run the notebook lab, examples/lab.ipynb, top to bottom in a fresh kernel."""
+    session.install(*CONSTRAINTS, "-e", ".[lab]", "pytest>=8")
+    session.run("pytest", "tests/test_lab.py", *session.posargs)
+
+
+@nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package and the consumer examples."""
     session.install(*CONSTRAINTS, "-e", ".[test]")
