@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from ._engine import PROPERTIES as PROPERTIES
     from ._engine import verify as verify
+    from ._plot import plot_heads as plot_heads
     from ._report import Report as Report
 
 
@@ -34,6 +35,10 @@ def __getattr__(name: str) -> Any:
         from . import _engine
 
         return getattr(_engine, name)
+    if name == "plot_heads":  # matplotlib is imported inside, when it is called
+        from ._plot import plot_heads
+
+        return plot_heads
     if name == "Report":
         from ._report import Report
 

@@ -352,6 +352,7 @@ def verify(
     report: str | os.PathLike[str] | None = None, isolate: bool | None = None,
     progress: bool | Progress = False, exitfirst: bool = False,
     replay: dict[str, Any] | None = None, database: bool | str = True,
+    on_start: Callable[[Report], None] | None = None,
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
 
@@ -373,6 +374,9 @@ def verify(
     - `report`: a path for the JSON report, written atomically after every property.
     - `exitfirst`: stop after the first property that does not pass.
     - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
+    - `progress`: True for progress on stderr (a live line on a terminal, plain lines
+      otherwise), or a callable `(property, done, total, result_or_None)`.
+    - `on_start`: called with the empty report once the subject is loaded (its header is set).
 
     **Returns:** a `Report`. A TARGET that cannot be loaded raises `TargetError`; bad options
     raise `UsageError`.
@@ -386,6 +390,8 @@ def verify(
                  database=database) as session:
         result = Report(target=session.target, header=session.header())
         result.properties = [PropertyResult(id=p) for p in props]
+        if on_start is not None:
+            on_start(result)
         try:
             for i, prop in enumerate(props):
                 if replay is not None:

@@ -81,6 +81,7 @@ def run_verify(args: argparse.Namespace) -> int:
             dtypes=dtypes or None, profile=args.profile, max_examples=args.max_examples,
             seed=args.seed, timeout=args.timeout, report=args.report, progress=progress,
             exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
+            on_start=lambda started: print(_header(started.header, args.target), flush=True),
         )
     except TargetError as error:
         print(f"attnspec verify: {error}", file=sys.stderr)
@@ -91,7 +92,6 @@ def run_verify(args: argparse.Namespace) -> int:
         print("\nattnspec verify: interrupted; the report so far is marked partial.",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(_header(report.header, args.target))
     print(report.summary())
     if args.report:
         print(f"\nreport: {args.report}")

@@ -1,0 +1,5 @@
+"""Devices: CPU and CUDA agree (skips without a CUDA device)."""
+
+
+def test_device_agreement(check):
+    check("device_agreement")

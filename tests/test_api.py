@@ -1,0 +1,106 @@
+"""The public API is small and pinned; the three front ends (API, CLI, pytest suite) agree."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import attnspec
+from attnspec._engine import _progress_printer
+
+ROOT = Path(__file__).parent.parent
+
+PUBLIC = [
+    "AttentionConfig", "AttentionWeights", "AttnspecError", "CausalSelfAttention",
+    "ConfigError", "DivisibilityError", "HeadTensor", "PROPERTIES", "Report", "Residual",
+    "ShapeError", "ShapeTrace", "TargetError", "UsageError", "divisors", "plot_heads", "trace",
+    "typecheck_enabled", "verify",
+]
+
+
+def test_public_api_is_pinned() -> None:
+    eager = sorted(n for n in vars(attnspec) if not n.startswith("_")
+                   and n not in ("annotations", "TYPE_CHECKING", "Any"))
+    lazy = ["PROPERTIES", "Report", "plot_heads", "verify"]
+    assert sorted(eager + lazy) == PUBLIC
+    for name in lazy:
+        assert getattr(attnspec, name) is not None
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        attnspec.nope  # noqa: B018
+
+
+def test_property_ids_are_designs_contract() -> None:
+    assert attnspec.PROPERTIES == (
+        "width", "dtype", "divisibility", "causality", "prefix", "batch_independence",
+        "determinism", "input_unchanged", "finite", "oracle", "oracle_grad", "grad_causality",
+        "device_agreement")
+
+
+def test_verify_accepts_a_module_object_in_process() -> None:
+    from attnspec.subjects import sdpa
+
+    report = attnspec.verify(sdpa, max_examples=5, seed=0, database=False,
+                             only="width,oracle")
+    assert report.ok, report.summary()
+    assert report.header["isolated"] is False
+
+
+def test_unknown_options_are_usage_errors() -> None:
+    with pytest.raises(attnspec.UsageError, match="--only nope: unknown property id 'nope'"):
+        attnspec.verify("attnspec.subjects.reference", only="nope")
+    with pytest.raises(attnspec.UsageError, match="profile 'fast': choose from"):
+        attnspec.verify("attnspec.subjects.reference", profile="fast")
+    with pytest.raises(attnspec.UsageError, match="--dtype 'float8': choose from"):
+        attnspec.verify("attnspec.subjects.reference", dtypes=["float8"])
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")
+def test_cuda_without_a_gpu_is_a_usage_error() -> None:
+    with pytest.raises(attnspec.UsageError, match="torch sees no CUDA device"):
+        attnspec.verify("attnspec.subjects.reference", device="cuda")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_a_live_line_on_a_terminal() -> None:
+    stream = _Terminal()
+    show = _progress_printer(stream)
+    show("causality", 3, 50, None)
+    from attnspec._report import PropertyResult
+
+    show("causality", 50, 50, PropertyResult(id="causality", verdict="pass", examples=50,
+                                             seconds=1.25))
+    text = stream.getvalue()
+    assert "\r\x1b[Kcausality            running     3/50 examples" in text
+    assert text.endswith("\r\x1b[Kcausality            pass       50 examples    1.2s\n")
+
+
+def test_progress_is_plain_lines_when_not_a_terminal() -> None:
+    from attnspec._report import PropertyResult
+
+    stream = io.StringIO()
+    show = _progress_printer(stream)
+    show("causality", 3, 50, None)
+    show("causality", 50, 50, PropertyResult(id="causality", verdict="fail", examples=7,
+                                             seconds=0.5))
+    assert stream.getvalue() == "causality            fail        7 examples    0.5s\n"
+
+
+@pytest.mark.slow
+def test_conformance_suite_rejects_a_broken_subject_with_a_replay_command() -> None:
+    env = {**os.environ, "CI": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
+         "--subject", "tests/faulty/raises.py", "--max-examples", "20", "-k", "width or finite"],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 1, done.stdout
+    assert "width error on tests/faulty/raises.py: forward raised" in done.stdout
+    assert "replay: attnspec verify tests/faulty/raises.py --only width --replay" in done.stdout
