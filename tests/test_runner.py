@@ -257,3 +257,14 @@ def test_replay_command_reproduces_the_failure() -> None:
     assert replayed.result("width").verdict == "error"
     assert replayed.result("width").message == width.message
     assert replayed.result("width").examples == 1
+
+
+def test_database_replays_a_failure_first_next_time(tmp_path: Path) -> None:
+    db = str(tmp_path / "db")
+    first = attnspec.verify(str(FAULTY / "raises.py"), only="width", max_examples=50, seed=2,
+                            database=db).result("width")
+    again = attnspec.verify(str(FAULTY / "raises.py"), only="width", max_examples=50, seed=3,
+                            database=db).result("width")
+    assert first.verdict == again.verdict == "error"
+    assert again.counterexample == first.counterexample
+    assert again.examples < first.examples  # the saved example ran before any new one

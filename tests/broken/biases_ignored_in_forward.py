@@ -1,0 +1,29 @@
+"""The projections are called as `F.linear(x, layer.weight)` and drop their biases, but
+export_weights still exports the (nonzero) biases.
+"""
+
+import sys
+from pathlib import Path
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
+
+import torch.nn.functional as F
+from _common import Attention, export_weights
+
+EXPECTED = frozenset({"oracle", "oracle_grad"})
+
+
+class BiasesIgnoredInForward(Attention):
+    def project(self, x):
+        return F.linear(x, self.q.weight), F.linear(x, self.k.weight), F.linear(x, self.v.weight)
+
+    def output(self, y):
+        return F.linear(y, self.o.weight)
+
+
+def build(n_embd: int, n_head: int) -> BiasesIgnoredInForward:
+    return BiasesIgnoredInForward(n_embd, n_head)
+
+
+__all__ = ["EXPECTED", "build", "export_weights"]

@@ -1,0 +1,29 @@
+"""Called `scores.masked_fill(...)` without assigning the result (it is not in place), so no mask
+is applied at all.
+"""
+
+import sys
+from pathlib import Path
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
+
+import torch
+from _common import Attention, export_weights
+
+EXPECTED = frozenset({"causality", "oracle", "grad_causality"})
+
+
+class MaskResultDiscarded(Attention):
+    def mask(self, scores):
+        T = scores.size(-1)
+        allowed = torch.ones(T, T, dtype=torch.bool, device=scores.device).tril()
+        scores.masked_fill(~allowed, float("-inf"))  # should be masked_fill_ or an assignment
+        return scores
+
+
+def build(n_embd: int, n_head: int) -> MaskResultDiscarded:
+    return MaskResultDiscarded(n_embd, n_head)
+
+
+__all__ = ["EXPECTED", "build", "export_weights"]

@@ -1,0 +1,28 @@
+"""Kept the gradient of a sequence-summary path without changing the forward value, with the
+straight-through trick `y + (s - s.detach())`; but s averages over all positions, so gradients of
+early outputs flow to later inputs although the forward is exactly causal.
+"""
+
+import sys
+from pathlib import Path
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
+
+from _common import Attention, export_weights
+
+EXPECTED = frozenset({"grad_causality", "oracle_grad"})
+
+
+class StraightThroughFutureLeak(Attention):
+    def forward(self, x):
+        y = super().forward(x)
+        summary = self.v(x).mean(dim=1, keepdim=True)  # (B, 1, C), every position
+        return y + (summary - summary.detach())  # adds exactly 0, but not to the gradient
+
+
+def build(n_embd: int, n_head: int) -> StraightThroughFutureLeak:
+    return StraightThroughFutureLeak(n_embd, n_head)
+
+
+__all__ = ["EXPECTED", "build", "export_weights"]
