@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -24,14 +25,22 @@ PUBLIC = [
 
 
 def test_public_api_is_pinned() -> None:
-    eager = sorted(n for n in vars(attnspec) if not n.startswith("_")
-                   and n not in ("annotations", "TYPE_CHECKING", "Any"))
+    # Submodules (attnspec.subjects once imported) are not names the package defines.
+    eager = sorted(n for n, v in vars(attnspec).items() if not n.startswith("_")
+                   and n not in ("annotations", "TYPE_CHECKING", "Any")
+                   and not isinstance(v, types.ModuleType))
     lazy = ["PROPERTIES", "Report", "plot_heads", "verify"]
     assert sorted(eager + lazy) == PUBLIC
     for name in lazy:
         assert getattr(attnspec, name) is not None
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         attnspec.nope  # noqa: B018
+
+
+def test_builtin_subjects_are_pinned() -> None:
+    from attnspec import subjects
+
+    assert subjects.BUILTIN == ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2")
 
 
 def test_property_ids_are_designs_contract() -> None:
