@@ -268,3 +268,23 @@ def test_database_replays_a_failure_first_next_time(tmp_path: Path) -> None:
     assert first.verdict == again.verdict == "error"
     assert again.counterexample == first.counterexample
     assert again.examples < first.examples  # the saved example ran before any new one
+
+
+def test_time_spent_waiting_for_a_cpu_does_not_count_towards_the_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    from attnspec import _worker
+
+    starved = iter(range(0, 1000))
+    # The worker is runnable but starved: its run-queue delay grows 0.2 s per look.
+    monkeypatch.setattr(_worker, "_run_delay", lambda pid: next(starved) * 0.2)
+    quiet, _ = multiprocessing.Pipe()
+    start = time.monotonic()
+    assert _worker._wait(quiet, 0, timeout=0.3) is False
+    waited = time.monotonic() - start
+    assert 0.5 < waited <= 3.0 + 0.5, waited  # extended, but never past 10 x the timeout
+    monkeypatch.setattr(_worker, "_run_delay", lambda pid: 1.0)  # a sleeping hang: no delay
+    start = time.monotonic()
+    assert _worker._wait(quiet, 0, timeout=0.3) is False
+    assert time.monotonic() - start < 1.5

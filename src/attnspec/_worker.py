@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -88,6 +89,35 @@ def _serve(conn: Connection, target: str) -> None:
         conn.send(("outcome", outcome))
 
 
+def _run_delay(pid: int) -> float | None:
+    """Seconds the process has spent runnable but waiting for a CPU (Linux), else None."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _wait(conn: Connection, pid: int, timeout: float) -> bool:
+    """Wait for an answer for `timeout` seconds of the worker's own time.
+
+    Time the worker spent waiting for a CPU on a loaded machine does not count (on Linux), so a
+    busy machine does not turn a slow example into a false timeout; a hang still times out.
+    """
+    deadline = time.monotonic() + timeout
+    latest = time.monotonic() + 10 * timeout
+    delay = _run_delay(pid)
+    while True:
+        if conn.poll(max(0.0, min(deadline - time.monotonic(), 1.0))):
+            return True
+        if time.monotonic() < deadline:
+            continue
+        now = _run_delay(pid)
+        if delay is None or now is None or now - delay < 0.05 or time.monotonic() >= latest:
+            return False
+        deadline, delay = min(deadline + (now - delay), latest), now
+
+
 class Executor(Protocol):
     meta: dict[str, Any]
 
@@ -163,7 +193,7 @@ class Worker:
             self._start()
         assert self._conn is not None
         self._conn.send(("check", prop, example.to_json()))
-        if not self._conn.poll(self.timeout):
+        if not _wait(self._conn, self._process.pid, self.timeout):
             self._kill()
             raise SubjectCrash("timeout", f"no answer within --timeout {self.timeout:g} s on "
                                f"{example.describe()}; the worker was killed and restarted.")
