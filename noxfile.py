@@ -51,3 +51,20 @@ def lint(session: nox.Session) -> None:
     """ruff on everything."""
     session.install("ruff>=0.5")
     session.run("ruff", "check", ".", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmarks (not part of CI): benchmarks/results.md and .json. Try `-- --quick`."""
+    session.install(*CONSTRAINTS, "-e", ".[hf]")
+    session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """No false alarms: 2,000 examples per property on every built-in subject (float32, bf16)."""
+    session.install(*CONSTRAINTS, "-e", ".[hf]")
+    for name in ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2"):
+        session.run("attnspec", "verify", f"attnspec.subjects.{name}", "--max-examples", "2000",
+                    "--dtype", "float32,bfloat16", "--no-database", "--seed", "0",
+                    "--report", f"soak-{name}.json", *session.posargs)

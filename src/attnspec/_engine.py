@@ -34,7 +34,13 @@ PROFILES: dict[str, int] = {"smoke": 10, "default": 50, "thorough": 400, "ci": 5
 
 _NEEDS_EXPORT = ("oracle", "oracle_grad")
 _USES_CUTS = ("causality", "prefix", "grad_causality")
-_SHRINK_SECONDS = 4.0
+# Shrinking stops after this many further examples (a count, so a seed replays exactly), or
+# after _SHRINK_SECONDS on a very slow subject; the smallest failure seen is reported.
+_SHRINK_EXAMPLES = 64
+_SHRINK_SECONDS = 20.0
+# A first pass over every property with this many examples: most broken subjects fail it, so a
+# verdict comes in seconds instead of after the properties before the failing one.
+_QUICK_EXAMPLES = 5
 Progress = Callable[[str, int, int, "PropertyResult | None"], None]
 
 
@@ -78,6 +84,7 @@ class _State:
     last: tuple[Example, dict[str, Any]] | None = None
     crash: tuple[Example, SubjectCrash] | None = None
     first_failure_at: float | None = None
+    failed_after: int = 0
     skip: str | None = None
     notes: set[str] = field(default_factory=set)
 
@@ -262,7 +269,8 @@ class Session:
             return outcome
         return None
 
-    def run(self, prop: str, progress: Progress | None = None) -> PropertyResult:
+    def run(self, prop: str, progress: Progress | None = None,
+            max_examples: int | None = None) -> PropertyResult:
         """Check one property with Hypothesis; the failure, if any, is shrunk to a small one."""
         from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         from hypothesis import seed as hypothesis_seed
@@ -277,12 +285,13 @@ class Session:
         if reason is not None:
             return PropertyResult(id=prop, verdict="skip", message=reason)
         state = _State()
-        total = self.max_examples
+        total = max_examples or self.max_examples
 
         def test(data: Any) -> None:
             ex = self._draw(data, prop)
             if state.first_failure_at is not None and (
-                    time.perf_counter() - state.first_failure_at > _SHRINK_SECONDS):
+                    state.examples - state.failed_after >= _SHRINK_EXAMPLES
+                    or time.perf_counter() - state.first_failure_at > _SHRINK_SECONDS):
                 raise _Abort  # shrinking budget spent: report the smallest failure seen
             outcome = self._one(prop, ex, state)
             if progress is not None and state.first_failure_at is None:
@@ -292,10 +301,13 @@ class Session:
             if outcome is not None:
                 if state.first_failure_at is None:
                     state.first_failure_at = time.perf_counter()
+                    state.failed_after = state.examples
                 state.last = (ex, outcome)
                 raise _PropertyFailed(outcome.get("message", ""))
 
-        db = DirectoryBasedExampleDatabase(self.database) if self.database else None
+        # Hypothesis refuses a database with derandomize (CI): the run is its own replay there.
+        db = DirectoryBasedExampleDatabase(self.database) if (
+            self.database and not self.derandomize) else None
         config = settings(
             max_examples=total, deadline=None, database=db, derandomize=self.derandomize,
             report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False,
@@ -393,15 +405,28 @@ def verify(
         if on_start is not None:
             on_start(result)
         try:
+            quick = replay is None and session.max_examples > 2 * _QUICK_EXAMPLES
+            for i, prop in enumerate(props if quick else ()):
+                found = session.run(prop, None, max_examples=_QUICK_EXAMPLES)
+                if not found.ok:  # final: the full pass would only find it again
+                    result.properties[i] = found
+                    if show is not None:
+                        show(prop, found.examples, found.examples, found)
+                    if report is not None:
+                        result.write(report)
+                    if exitfirst:
+                        break
             for i, prop in enumerate(props):
+                if exitfirst and result.failures:
+                    break
+                if result.properties[i].verdict != "not_run":
+                    continue
                 if replay is not None:
                     result.properties[i] = session.replay(prop, replay)
                 else:
                     result.properties[i] = session.run(prop, show)
                 if report is not None:
                     result.write(report)
-                if exitfirst and not result.properties[i].ok:
-                    break
             result.partial = any(p.verdict == "not_run" for p in result.properties)
         except KeyboardInterrupt:
             result.interrupted = True
