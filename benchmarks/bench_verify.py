@@ -1,0 +1,326 @@
+"""Sections 3, 4 and 5: how long verdicts take (built-in subjects, broken subjects, scaling)."""
+
+from __future__ import annotations
+
+import ast
+import glob
+import os
+import time
+from typing import Any
+
+from bench_common import ROOT, Config, interleave, median, paired_ratio, ratio_text, status, table
+
+SUBJECTS = ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2")
+VERIFY_GOAL_S = 60.0
+REJECT_GOAL_S = 10.0
+CAUSALITY_T = (4, 16, 64, 256)
+SCALING_MAX_SEQ = (16, 64, 256)
+QUICK_BROKEN = 4
+CUDA_ONLY = {"device_agreement"}
+
+
+def _verify_once(target: str, cfg: Config, *, exitfirst: bool = False) -> dict[str, Any]:
+    """One `attnspec.verify` call, timed from the call until it returns."""
+    import attnspec
+    from attnspec import TargetError
+
+    first: dict[str, Any] = {}
+    start = time.perf_counter()
+
+    def progress(prop: str, done: int, total: int, result: Any) -> None:
+        if result is not None and not result.ok and not first:
+            first.update(seconds=time.perf_counter() - start, property=result.id,
+                         verdict=result.verdict)
+
+    try:
+        report = attnspec.verify(target, profile=cfg.profile, database=False, seed=0,
+                                 device=cfg.device, exitfirst=exitfirst, progress=progress)
+    except TargetError as error:
+        return {"error": str(error)}
+    wall = time.perf_counter() - start
+    props = {p.id: {"verdict": p.verdict, "examples": p.examples, "seconds": p.seconds,
+                    "forwards_per_example": p.forwards_per_example} for p in report.properties}
+    return {"wall": wall, "ok": report.ok, "properties": props, "first_rejection": first or None}
+
+
+def _rotated(items: list[Any], r: int) -> list[Any]:
+    shift = r % len(items)
+    return items[shift:] + items[:shift]
+
+
+# ---- section 3 ------------------------------------------------------------------------------
+
+
+def _many_cuts(T: int) -> tuple[int, ...]:
+    cuts = {0, 1, T // 2, T - 2}
+    power = 2
+    while power < T:
+        cuts |= {power - 1, power, power + 1}
+        power *= 2
+    cuts |= {round(i * (T - 2) / 15) for i in range(16)}
+    return tuple(sorted(t for t in cuts if 0 <= t < T - 1))
+
+
+def _causality_vs_T(cfg: Config) -> tuple[dict[str, Any], dict[str, Any]]:
+    from attnspec._properties import Example, run_check
+    from attnspec._subject import load_subject
+
+    subject = load_subject("attnspec.subjects.reference")
+    B, C, H = 2, 64, 4
+    examples = {T: Example(B=B, T=T, C=C, H=H, seed=0, device=cfg.device, cuts=_many_cuts(T))
+                for T in CAUSALITY_T}
+    outcomes = {T: run_check(subject, "causality", ex) for T, ex in examples.items()}
+    rounds = cfg.pick(9, 2)
+    samples, _ = interleave({str(T): (lambda ex=ex: run_check(subject, "causality", ex))
+                             for T, ex in examples.items()},
+                            rounds=rounds, target_s=0.0, warmup=1, sync=cfg.sync)
+    rows, data = [], {}
+    for T, ex in examples.items():
+        t = median(samples[str(T)])
+        n = len([c for c in ex.cuts if c < T - 1])
+        data[str(T)] = {"cuts": n, "forwards": outcomes[T]["forwards"],
+                        "verdict": outcomes[T]["kind"], "seconds": t, "rounds": rounds}
+        rows.append([str(T), str(n), str(outcomes[T]["forwards"]), outcomes[T]["kind"],
+                     str((n + 2) * B), f"{t * 1e3:,.1f}", f"{t * 1e3 / n:,.2f}",
+                     str(1 + n)])
+    return data, table(
+        f"causality on one example (B={B}, C={C}, H={H}; reference, explicit path), "
+        f"median of {rounds}",
+        ["T", "cut points", "forward calls", "verdict", "rows in the stacked batch",
+         "ms per example", "ms per cut point", "forwards a per-cut check would need"], rows,
+        "All cut points go through one forward on a stacked batch (plus one repeat for the "
+        "subject's own jitter), so the forward count stays at 2 whatever T and the number of "
+        "cuts; the time grows with the stacked batch's size instead.")
+
+
+def verify_speed(cfg: Config) -> dict[str, Any]:
+    """Wall time of `attnspec.verify` per built-in subject and property."""
+    rounds = cfg.pick(3, 1)
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SUBJECTS}
+    for r in range(rounds):
+        for name in _rotated(list(SUBJECTS), r):
+            cfg.log(f"  verify round {r + 1}/{rounds}: attnspec.subjects.{name}")
+            runs[name].append(_verify_once(f"attnspec.subjects.{name}", cfg))
+    rows, goals, data = [], [], {}
+    props_seen: list[str] = []
+    per_prop: dict[str, dict[str, float]] = {}
+    for name in SUBJECTS:
+        done = [run for run in runs[name] if "error" not in run]
+        if not done:
+            data[name] = {"error": runs[name][0]["error"]}
+            rows.append([name, "unavailable: " + runs[name][0]["error"][:80], *[""] * 7])
+            continue
+        wall = median([run["wall"] for run in done])
+        outside = median([run["wall"] - sum(p["seconds"] for p in run["properties"].values())
+                          for run in done])
+        props = done[0]["properties"]
+        for pid in props:
+            if pid not in props_seen:
+                props_seen.append(pid)
+        seconds = {pid: median([run["properties"][pid]["seconds"] for run in done])
+                   for pid in props}
+        per_prop[name] = seconds
+        examples = sum(p["examples"] for p in props.values())
+        in_props = sum(seconds.values())
+        slowest = sorted(seconds, key=seconds.__getitem__, reverse=True)[:2]
+        verdicts = sorted({p["verdict"] for p in props.values()})
+        causal = props.get("causality", {}).get("forwards_per_example")
+        data[name] = {"wall_s": wall, "walls": [run["wall"] for run in done],
+                      "outside_properties_s": outside,
+                      "property_seconds": seconds, "examples": examples,
+                      "examples_per_s": examples / in_props if in_props else None,
+                      "causality_forwards_per_example": causal, "ok": done[0]["ok"],
+                      "properties": props}
+        rows.append([name, f"{wall:.1f}", f"{in_props:.1f}", f"{outside:.1f}",
+                     str(examples), f"{examples / in_props:.1f}" if in_props else "",
+                     ", ".join(f"{p} {seconds[p]:.1f}s" for p in slowest),
+                     "" if causal is None else f"{causal:g}",
+                     "/".join(verdicts)])
+        if name == "reference":
+            goal_ok = wall <= VERIFY_GOAL_S if cfg.profile == "default" else None
+            goals.append({"goal": "default verify of the reference within 60 s",
+                          "measured": f"{wall:.1f} s (median of {len(done)}, profile "
+                                      f"{cfg.profile})",
+                          "status": status(goal_ok)})
+    matrix = []
+    for pid in props_seen:
+        matrix.append([pid] + [f"{per_prop[s][pid]:.2f}" if s in per_prop and pid in per_prop[s]
+                               else "" for s in SUBJECTS])
+    matrix.append(["**sum**"] + [f"{sum(per_prop[s].values()):.1f}" if s in per_prop else ""
+                                 for s in SUBJECTS])
+    cfg.log("  verify: causality forwards vs T")
+    causal_data, causal_table = _causality_vs_T(cfg)
+    data["causality_vs_T"] = causal_data
+    tables = [
+        table(f"attnspec.verify(target, profile={cfg.profile!r}, database=False, seed=0, "
+              f"device={cfg.device!r}): median of {rounds} interleaved runs",
+              ["subject", "wall s", "in properties s", "outside (worker start, stop) s",
+               "examples", "examples/s", "slowest properties", "causality forwards/example",
+               "verdicts"], rows,
+              "examples/s = examples over the time spent inside properties. Causality's "
+              "forwards/example is below 2 where T=1 examples (no cut point) need none."),
+        table("Seconds per property (median)", ["property", *SUBJECTS], matrix),
+        causal_table,
+    ]
+    return {"tables": tables, "goals": goals, "data": data}
+
+
+# ---- section 4 ------------------------------------------------------------------------------
+
+
+def _expected(path: str) -> list[str] | None:
+    """The module's EXPECTED property ids (a literal set), read without importing it."""
+    try:
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "EXPECTED" for t in node.targets):
+            value = node.value
+            if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+                    and value.func.id in ("frozenset", "set", "tuple", "list")
+                    and len(value.args) == 1):
+                value = value.args[0]
+            try:
+                return sorted(str(v) for v in ast.literal_eval(value))
+            except (ValueError, TypeError):
+                return None
+    return None
+
+
+def broken(cfg: Config) -> dict[str, Any]:
+    """Time to reject each module of tests/broken/ (globbed at run time)."""
+    paths = sorted(p for p in glob.glob(os.path.join(ROOT, "tests", "broken", "*.py"))
+                   if not os.path.basename(p).startswith("_"))
+    if not paths:
+        return {"skipped": "no tests/broken/*.py found"}
+    found = len(paths)
+    if cfg.quick:
+        paths = paths[:QUICK_BROKEN]
+    expected = {p: _expected(p) for p in paths}
+    # Only device_agreement catches a CUDA-only bug, and it needs a CUDA device under test.
+    cuda_only = [p for p in paths if expected[p] and set(expected[p]) <= CUDA_ONLY
+                 and cfg.device != "cuda"]
+    timed = [p for p in paths if p not in cuda_only]
+    # The full verify of every module is the most expensive measurement of the whole run, so
+    # it runs once; exitfirst (the goal's figure) runs twice.
+    rounds = {"exitfirst": cfg.pick(2, 1), "full": 1}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        p: {"exitfirst": [], "full": []} for p in timed}
+    for r in range(max(rounds.values())):
+        for i, path in enumerate(_rotated(timed, r) if timed else []):
+            rel = os.path.relpath(path, ROOT)
+            modes = ("exitfirst", "full") if (r + i) % 2 == 0 else ("full", "exitfirst")
+            for mode in (m for m in modes if r < rounds[m]):
+                cfg.log(f"  broken round {r + 1}: {rel} ({mode})")
+                runs[path][mode].append(_verify_once(rel, cfg, exitfirst=mode == "exitfirst"))
+    rows, data = [], {}
+    rejected = within = 0
+    walls = []
+    for path in paths:
+        name = os.path.basename(path)
+        want = ", ".join(expected[path] or ["?"])
+        if path in cuda_only:
+            data[name] = {"skipped": "only device_agreement catches it; needs --device cuda",
+                          "expected": expected[path]}
+            rows.append([name, want, "skipped: needs --device cuda (a CUDA-only bug)", "", "",
+                         "", "", "—"])
+            continue
+        ef, full = runs[path]["exitfirst"], runs[path]["full"]
+        errors = [run["error"] for run in ef + full if "error" in run]
+        if errors:
+            data[name] = {"error": errors[0]}
+            rows.append([name, want, "load error: " + errors[0][:80], "", "", "", "", "MISS"])
+            continue
+        ef_wall = median([run["wall"] for run in ef])
+        full_wall = median([run["wall"] for run in full])
+        first = ef[0]["first_rejection"] or full[0]["first_rejection"]
+        in_full = [run["first_rejection"]["seconds"] for run in full if run["first_rejection"]]
+        first_s = median(in_full) if in_full else None
+        is_rejected = not ef[0]["ok"]
+        failing = [pid for pid, p in full[0]["properties"].items()
+                   if p["verdict"] not in ("pass", "skip", "not_run")]
+        rejected += is_rejected
+        ok = is_rejected and ef_wall <= REJECT_GOAL_S
+        within += ok
+        walls.append(ef_wall)
+        data[name] = {"expected": expected[path], "exitfirst_wall_s": ef_wall,
+                      "full_wall_s": full_wall, "first_rejection_in_full_run_s": first_s,
+                      "first_failing_property": first["property"] if first else None,
+                      "failing_properties": failing, "rejected": is_rejected,
+                      "exitfirst_walls": [run["wall"] for run in ef],
+                      "full_walls": [run["wall"] for run in full]}
+        rows.append([name, want, (first["property"] + f" ({first['verdict']})") if first
+                     else "NOT REJECTED", f"{ef_wall:.1f}", f"{full_wall:.1f}",
+                     "" if first_s is None else f"{first_s:.1f}",
+                     ", ".join(failing), status(ok)])
+    n = len(timed)
+    quick_note = "" if cfg.profile == "default" else (
+        f" (quick: smoke profile, first {len(paths)} of {found} modules)")
+    skipped_note = "" if not cuda_only else (
+        f"; not timed: {', '.join(os.path.basename(p) for p in cuda_only)} (needs CUDA)")
+    goals = [{"goal": f"each broken subject rejected within 10 s{quick_note}",
+              "measured": f"{within}/{n} within 10 s (exitfirst wall: median "
+                          f"{median(walls) if walls else float('nan'):.1f} s, max "
+                          f"{max(walls) if walls else float('nan'):.1f} s); "
+                          f"{rejected}/{n} rejected{skipped_note}",
+              "status": status(within == n if cfg.profile == "default" else None)}]
+    tables = [table(
+        f"Time to reject tests/broken/* (verify(path, profile={cfg.profile!r}, "
+        f"database=False, seed=0, device={cfg.device!r})): {len(paths)} of {found} modules",
+        ["module", "EXPECTED (the module's own list)", "first failing property",
+         f"exitfirst=True wall s (median of {rounds['exitfirst']})",
+         f"full verify wall s ({rounds['full']} run)", "first rejection within the full run s",
+         "all failing properties", "<= 10 s"], rows,
+        "Walls run from the verify call until it returns, and include starting and stopping "
+        "the supervised worker process (a fresh interpreter that imports torch). exitfirst and "
+        "full runs were interleaved, module by module. The goal column judges the exitfirst "
+        "wall. Properties run in attnspec.PROPERTIES order, so a bug that only a late property "
+        "(oracle, oracle_grad) catches waits for every earlier property's examples.")]
+    return {"tables": tables, "goals": goals, "data": data}
+
+
+# ---- section 5 ------------------------------------------------------------------------------
+
+
+def scaling(cfg: Config) -> dict[str, Any]:
+    """Verify time of the reference as the largest generated T (Session's max_seq) grows."""
+    from attnspec import PROPERTIES
+    from attnspec._engine import Session
+
+    rounds = cfg.pick(2, 1)
+    walls: dict[int, list[float]] = {m: [] for m in SCALING_MAX_SEQ}
+    props: dict[int, list[dict[str, float]]] = {m: [] for m in SCALING_MAX_SEQ}
+    for r in range(rounds):
+        for max_seq in _rotated(list(SCALING_MAX_SEQ), r):
+            cfg.log(f"  scaling round {r + 1}/{rounds}: max_seq={max_seq}")
+            start = time.perf_counter()
+            with Session("attnspec.subjects.reference", max_seq=max_seq, database=False,
+                         seed=0, device=cfg.device, profile=cfg.profile) as session:
+                results = [session.run(prop) for prop in PROPERTIES]
+            walls[max_seq].append(time.perf_counter() - start)
+            props[max_seq].append({p.id: p.seconds for p in results})
+    base = walls[64]
+    rows, data = [], {}
+    for max_seq in SCALING_MAX_SEQ:
+        seconds = {pid: median([run[pid] for run in props[max_seq]]) for pid in PROPERTIES}
+        top = sorted(seconds, key=seconds.__getitem__, reverse=True)[:3]
+        r = paired_ratio(walls[max_seq], base)
+        data[str(max_seq)] = {"wall_s": median(walls[max_seq]), "walls": walls[max_seq],
+                              "ratio_to_64": r, "property_seconds": seconds}
+        rows.append([str(max_seq), f"{median(walls[max_seq]):.1f}",
+                     ratio_text(r, 2) if rounds > 1 else f"{r['median']:.2f}",
+                     ", ".join(f"{p} {seconds[p]:.1f}s" for p in top)])
+    matrix = [[pid] + [f"{data[str(m)]['property_seconds'][pid]:.2f}" for m in SCALING_MAX_SEQ]
+              for pid in PROPERTIES]
+    tables = [
+        table(f"Session('attnspec.subjects.reference', max_seq=..., profile={cfg.profile!r}, "
+              f"database=False, seed=0): every property, median of {rounds} interleaved runs",
+              ["max_seq (largest T drawn)", "wall s", "ratio to max_seq=64 (the default)",
+               "slowest properties"], rows),
+        table("Seconds per property (median)",
+              ["property", *(f"max_seq={m}" for m in SCALING_MAX_SEQ)], matrix),
+    ]
+    return {"tables": tables, "goals": [], "data": data}
