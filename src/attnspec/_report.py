@@ -80,7 +80,10 @@ class Report:
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".attnspec-report-", suffix=".json", dir=directory)
+        umask = os.umask(0)
+        os.umask(umask)
         try:
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets; a report is not
             with os.fdopen(fd, "w") as handle:
                 json.dump(self.to_json(), handle, indent=2)
                 handle.write("\n")
