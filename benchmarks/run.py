@@ -11,9 +11,11 @@ Sections (docs/benchmarks.md explains each and how to read the numbers):
   scaling  5. verify time of the reference as the largest generated T grows
 
 Writes PREFIX.md (tables) and PREFIX.json (everything, with the machine); PREFIX defaults to
-benchmarks/results (benchmarks/results-cuda with --device cuda). With --only, the other
-sections already in PREFIX.json are kept. Every figure is a median over repeated runs, and
-every comparison is interleaved in one run. Nothing here asserts on time.
+benchmarks/results (benchmarks/results-cuda with --device cuda). Both are rewritten after every
+section. Sections already in PREFIX.json that this run does not measure (with --only, or after
+an interruption) are kept; each names the command that measured it. Every figure is a median
+over repeated runs, and every comparison is interleaved in one run. Nothing here asserts on
+time.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     json_path, md_path = args.out + ".json", args.out + ".md"
     results: dict[str, Any] = {"sections": {}}
-    if len(args.sections) < len(SECTIONS) and os.path.exists(json_path):
+    if os.path.exists(json_path):  # sections not (yet) remeasured are kept, with their dates
         with open(json_path) as handle:
             old = json.load(handle)
         results["sections"] = {k: v for k, v in old.get("sections", {}).items()
@@ -202,10 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         entry["load_average"] = {"start": load_before, "end": load_average()}
         results["sections"][name] = entry
         cfg.log(f"  done in {entry['seconds']:.0f} s")
-    results["machine"]["load_average_at_end"] = load_average()
-    results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
-    _write(json_path, json.dumps(results, indent=2) + "\n")
-    _write(md_path, render(results))
+        # Written after every section, so an interrupted run keeps what it measured.
+        results["machine"]["load_average_at_end"] = load_average()
+        results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+        _write(json_path, json.dumps(results, indent=2) + "\n")
+        _write(md_path, render(results))
     cfg.log(f"wrote {os.path.relpath(md_path, ROOT)} and {os.path.relpath(json_path, ROOT)}")
     return 1 if failed else 0
 
