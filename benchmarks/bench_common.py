@@ -1,8 +1,10 @@
 """Shared pieces of the benchmarks: interleaved timing, medians, the machine, table rendering.
 
-Every comparison is interleaved: one round runs each variant once (in an order that rotates
-from round to round), so slow drift on a shared machine hits all variants alike. Figures are
-medians over rounds; ratios are medians of the per-round ratios (paired), not ratios of medians.
+Every comparison is interleaved: one round runs each variant once, in an order shuffled afresh
+every round (seeded), so slow drift on a shared machine hits all variants alike and no variant
+always follows the same neighbour (an expensive variant leaves cold caches behind it). Figures
+are medians over rounds; ratios are medians of the per-round ratios (paired), not ratios of
+medians.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -92,8 +95,9 @@ def interleave(variants: dict[str, Variant | Callable[[], object]], *, rounds: i
     """Seconds per call of each variant, one sample per round, the variants interleaved.
 
     Warm-up calls (not recorded) come first. `inner` (calls per timed block, the same for
-    every variant) is chosen so that the slowest variant's block takes about `target_s`.
-    Garbage collection is off while timing. Returns (samples per variant, inner).
+    every variant) is chosen so that the slowest variant's block takes about `target_s`. The
+    order within a round is shuffled (seeded, so reruns use the same orders). Garbage
+    collection is off while timing. Returns (samples per variant, inner).
     """
     vs = {name: _as_variant(v) for name, v in variants.items()}
     names = list(vs)
@@ -107,9 +111,11 @@ def interleave(variants: dict[str, Variant | Callable[[], object]], *, rounds: i
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for r in range(rounds):
-            shift = r % len(names)
-            for name in names[shift:] + names[:shift]:
+        order = list(names)
+        shuffler = random.Random(0)
+        for _ in range(rounds):
+            shuffler.shuffle(order)
+            for name in order:
                 samples[name].append(_block(vs[name], inner, sync))
     finally:
         if was_enabled:
@@ -247,8 +253,14 @@ def ratio_text(r: dict[str, float], digits: int = 3) -> str:
     return f"{r['median']:.{digits}f} ({r['q1']:.{digits}f}–{r['q3']:.{digits}f})"
 
 
-def status(ok: bool | None) -> str:
-    return "—" if ok is None else ("PASS" if ok else "MISS")
+def status(ok: bool | None, *, noisy: bool = False) -> str:
+    """PASS / MISS; INCONCLUSIVE where the A/A control's own difference is at least half the
+    goal's margin (the measurement cannot resolve the goal); — where no goal applies."""
+    if ok is None:
+        return "—"
+    if noisy:
+        return "INCONCLUSIVE"
+    return "PASS" if ok else "MISS"
 
 
 def python_env(**extra: str) -> dict[str, str]:
