@@ -290,3 +290,14 @@ def test_time_spent_waiting_for_a_cpu_does_not_count_towards_the_timeout(
     start = time.monotonic()
     assert _worker._wait(quiet, 0, timeout=0.3) is False
     assert time.monotonic() - start < 1.5
+
+
+def test_worker_whose_parent_is_gone_exits_quietly(capfd: pytest.CaptureFixture[str]) -> None:
+    import multiprocessing
+
+    from attnspec import _worker
+
+    parent, child = multiprocessing.Pipe()
+    parent.close()  # the runner was killed: its end of the pipe is gone
+    _worker._serve(child, "attnspec.subjects.reference")
+    assert capfd.readouterr().err == ""  # no BrokenPipeError traceback on the user's terminal

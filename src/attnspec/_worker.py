@@ -63,6 +63,13 @@ def _serve(conn: Connection, target: str) -> None:
     """The worker's main loop: load the subject, then answer check requests until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
     try:
+        _answer(conn, target)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return  # the parent is gone (killed, or stopped us mid-example): nobody left to tell
+
+
+def _answer(conn: Connection, target: str) -> None:
+    try:
         loaded = _describe_subject(target)
     except TargetError as error:
         conn.send(("target_error", str(error)))
@@ -74,10 +81,7 @@ def _serve(conn: Connection, target: str) -> None:
     conn.send(("ready", loaded["meta"]))
     subject = loaded["subject"]
     while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
+        request = conn.recv()
         if request[0] == "stop":
             return
         _, prop, example = request
