@@ -53,6 +53,8 @@ def _unmeasurable(r: dict[str, float]) -> bool:
 def _mib(n: int | None) -> str:
     if n is None:
         return "n/a"
+    if n <= 0:
+        return "~0 (below resolution)"
     return f"{n / 2**20:,.2f}" if n >= 2**20 else f"{n / 2**20:.3f} ({n // 1024} KiB)"
 
 
@@ -76,7 +78,7 @@ def checks(cfg: Config) -> dict[str, Any]:
     for shape in CHECK_SHAPES:
         B, T, C, H = shape
         large = T * C > 10_000
-        rounds, target = _plan(cfg, large, large_rounds=31)
+        rounds, target = _plan(cfg, large, large_rounds=61)
         module = build("explicit", C, H, cfg.device)
         bare = build("bare", C, H, cfg.device)
         bare.load_state_dict(module.state_dict())

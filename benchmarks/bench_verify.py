@@ -154,11 +154,15 @@ def verify_speed(cfg: Config) -> dict[str, Any]:
     tables = [
         table(f"attnspec.verify(target, profile={cfg.profile!r}, database=False, seed=0, "
               f"device={cfg.device!r}): median of {rounds} interleaved runs",
-              ["subject", "wall s", "in properties s", "outside (worker start, stop) s",
+              ["subject", "wall s", "in properties s (the report's)",
+               "outside them s (worker start and stop, verify's quick first pass)",
                "examples", "examples/s", "slowest properties", "causality forwards/example",
                "verdicts"], rows,
-              "examples/s = examples over the time spent inside properties. Causality's "
-              "forwards/example is below 2 where T=1 examples (no cut point) need none."),
+              "The report's property seconds and examples are those of the full pass; verify "
+              "first runs every property on a few examples (its quick first pass), which "
+              "counts in 'outside'. examples/s = examples over the time inside properties. "
+              "Causality's forwards/example is below 2 where T=1 examples (no cut point) need "
+              "none."),
         table("Seconds per property (median)", ["property", *SUBJECTS], matrix),
         causal_table,
     ]
@@ -277,8 +281,10 @@ def broken(cfg: Config) -> dict[str, Any]:
         "Walls run from the verify call until it returns, and include starting and stopping "
         "the supervised worker process (a fresh interpreter that imports torch). exitfirst and "
         "full runs were interleaved, module by module. The goal column judges the exitfirst "
-        "wall. Properties run in attnspec.PROPERTIES order, so a bug that only a late property "
-        "(oracle, oracle_grad) catches waits for every earlier property's examples.")]
+        "wall. verify first runs every property on a few examples (its quick first pass), so "
+        "a bug that only a late property (oracle, oracle_grad) catches does not wait for the "
+        "full examples of every earlier property. cuda_only bugs (EXPECTED only "
+        "device_agreement) are not timed without --device cuda.")]
     return {"tables": tables, "goals": goals, "data": data}
 
 
