@@ -59,6 +59,20 @@ def test_verify_accepts_a_module_object_in_process() -> None:
     assert report.header["isolated"] is False
 
 
+def test_report_says_what_the_examples_covered() -> None:
+    from attnspec.subjects import sdpa
+
+    report = attnspec.verify(sdpa, max_examples=40, seed=0, database=False,
+                             only="width,divisibility", dtypes=("float32", "bfloat16"))
+    width = report.to_json()["properties"][0]["drawn"]
+    assert sum(width["dtype"].values()) == width["device"]["cpu"] == 40
+    assert set(width["dtype"]) == {"float32", "bfloat16"}
+    assert 1 <= width["T"][0] < width["T"][1] <= 64
+    assert 1 < width["shapes"] <= 40
+    divisibility = report.result("divisibility").drawn
+    assert divisibility is not None and "dtype" not in divisibility  # no tensor runs there
+
+
 def test_unknown_options_are_usage_errors() -> None:
     with pytest.raises(attnspec.UsageError, match="--only nope: unknown property id 'nope'"):
         attnspec.verify("attnspec.subjects.reference", only="nope")

@@ -77,6 +77,32 @@ def _size(ex: Example) -> tuple[int, ...]:
 
 
 @dataclass
+class _Coverage:
+    """What the examples run so far covered, so a report shows the range a pass was earned on."""
+
+    ranges: dict[str, list[int]] = field(default_factory=dict)
+    shapes: set[tuple[int, int, int, int]] = field(default_factory=set)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, prop: str, ex: Example) -> None:
+        for axis in ("B", "T", "C", "H"):
+            value = getattr(ex, axis)
+            low, high = self.ranges.get(axis, (value, value))
+            self.ranges[axis] = [min(low, value), max(high, value)]
+        self.shapes.add((ex.B, ex.T, ex.C, ex.H))
+        if prop == "divisibility":  # only build() runs: no tensor, so no dtype or device
+            return
+        for key in ("dtype", "device"):
+            seen = self.counts.setdefault(key, {})
+            seen[getattr(ex, key)] = seen.get(getattr(ex, key), 0) + 1
+
+    def to_json(self) -> dict[str, Any] | None:
+        if not self.shapes:
+            return None
+        return {**self.ranges, "shapes": len(self.shapes), **self.counts}
+
+
+@dataclass
 class _State:
     examples: int = 0
     forwards: int = 0
@@ -87,6 +113,7 @@ class _State:
     failed_after: int = 0
     skip: str | None = None
     notes: set[str] = field(default_factory=set)
+    drawn: _Coverage = field(default_factory=_Coverage)
 
 
 class Session:
@@ -217,7 +244,7 @@ class Session:
 
     def _result(self, prop: str, state: _State, seconds: float) -> PropertyResult:
         result = PropertyResult(id=prop, examples=state.examples, seconds=round(seconds, 3),
-                                notes=sorted(state.notes))
+                                notes=sorted(state.notes), drawn=state.drawn.to_json())
         if state.examples:
             result.forwards_per_example = round(state.forwards / state.examples, 2)
         if state.crash is not None:
@@ -258,13 +285,16 @@ class Session:
             outcome = self.executor.check(prop, ex)
         except SubjectCrash as crash:
             state.crash = (ex, crash)
+            state.drawn.add(prop, ex)
             return None
         state.forwards += int(outcome.get("forwards", 0))
         state.notes.update(outcome.get("notes", ()))
         if outcome["kind"] == "skip":
             state.skip = outcome.get("message", "skipped")
             state.examples -= 1
-        elif outcome["kind"] in ("fail", "error"):
+            return None
+        state.drawn.add(prop, ex)
+        if outcome["kind"] in ("fail", "error"):
             state.failures.append((ex, outcome))
             return outcome
         return None

@@ -30,6 +30,8 @@ class PropertyResult:
     replay: str | None = None
     forwards_per_example: float | None = None
     notes: list[str] = field(default_factory=list)
+    # What the examples covered: [min, max] of B, T, C, H, distinct shapes, runs per dtype/device.
+    drawn: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
