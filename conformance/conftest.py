@@ -28,6 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="examples per property (default; ci when CI is set)")
     group.addoption("--max-examples", type=int, default=None, help="examples per property")
     group.addoption("--device", default="all", choices=("cpu", "cuda", "all"))
+    group.addoption("--max-seq", type=int, default=64, metavar="T",
+                    help="the longest sequence length drawn (64)")
     group.addoption("--attnspec-seed", type=int, default=None, help="Hypothesis seed")
 
 
@@ -76,7 +78,8 @@ def check(request: pytest.FixtureRequest, subject: str,
                 profile=config.getoption("--profile") or ("ci" if os.environ.get("CI")
                                                           else "default"),
                 max_examples=config.getoption("--max-examples"),
-                seed=config.getoption("--attnspec-seed"))
+                seed=config.getoption("--attnspec-seed"),
+                max_seq=config.getoption("--max-seq"))
         result = sessions[subject].run(prop)
         if result.verdict == "skip":
             pytest.skip(f"{prop}: {result.message}")

@@ -239,6 +239,33 @@ def test_ctrl_c_writes_a_partial_report(tmp_path: Path) -> None:
     assert "Traceback" not in stderr
 
 
+# ---- options ---------------------------------------------------------------------------
+
+
+def test_max_seq_reaches_bugs_past_a_block_boundary() -> None:
+    leaky = FAULTY / "leaks_past_128.py"
+    short = verify(leaky, only="causality", max_examples=40, seed=0).result("causality")
+    assert short.verdict == "pass" and short.drawn is not None and short.drawn["T"][1] <= 64
+    long = verify(leaky, only="causality", max_examples=40, seed=0, max_seq=300)
+    found = long.result("causality")
+    assert found.verdict == "fail", found
+    assert found.counterexample is not None and found.counterexample["T"] > 128
+    assert long.header["max_seq"] == 300
+
+
+def test_max_seq_below_one_is_a_usage_error() -> None:
+    with pytest.raises(attnspec.UsageError, match="--max-seq 0: must be >= 1"):
+        verify("attnspec.subjects.reference", max_seq=0)
+
+
+def test_each_property_and_pass_draws_its_own_examples() -> None:
+    first = verify("attnspec.subjects.sdpa", only="width,dtype", seed=3, max_examples=20)
+    again = verify("attnspec.subjects.sdpa", only="width,dtype", seed=3, max_examples=20)
+    drawn = [p.drawn for p in first.properties]
+    assert drawn == [p.drawn for p in again.properties]  # the same seed, the same examples
+    assert drawn[0] != drawn[1]  # width and dtype draw alike, but from their own streams
+
+
 # ---- reproducible ----------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ The CLI, the Python API (`verify`) and the pytest suite in conformance/ are fron
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -42,6 +43,13 @@ _SHRINK_SECONDS = 20.0
 # verdict comes in seconds instead of after the properties before the failing one.
 _QUICK_EXAMPLES = 5
 Progress = Callable[[str, int, int, "PropertyResult | None"], None]
+
+
+def _stream_seed(seed: int, prop: str, stream: str) -> int:
+    """One Hypothesis seed per (seed, property, pass), so the properties (and the quick pass)
+    each see their own examples rather than all replaying the same sequence."""
+    digest = hashlib.sha256(f"{seed}\0{prop}\0{stream}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
 
 
 class _Abort(BaseException):
@@ -132,6 +140,8 @@ class Session:
             raise UsageError(f"--max-examples {max_examples}: must be >= 1.")
         if timeout <= 0:
             raise UsageError(f"--timeout {timeout:g}: must be > 0 seconds.")
+        if max_seq < 1:
+            raise UsageError(f"--max-seq {max_seq}: must be >= 1 (the longest T drawn).")
         if device not in ("cpu", "cuda", "all"):
             raise UsageError(f"--device {device!r}: choose cpu, cuda or all.")
         cuda = torch.cuda.is_available()
@@ -200,7 +210,7 @@ class Session:
             "devices": self.devices, "dtypes": self.dtypes, "profile": self.profile,
             "max_examples": self.max_examples, "seed": self.seed,
             "derandomize": self.derandomize, "timeout": self.timeout,
-            "isolated": self.isolated,
+            "max_seq": self.max_seq, "isolated": self.isolated,
         }
 
     def replay_command(self, prop: str, ex: Example) -> str:
@@ -300,8 +310,12 @@ class Session:
         return None
 
     def run(self, prop: str, progress: Progress | None = None,
-            max_examples: int | None = None) -> PropertyResult:
-        """Check one property with Hypothesis; the failure, if any, is shrunk to a small one."""
+            max_examples: int | None = None, stream: str = "full") -> PropertyResult:
+        """Check one property with Hypothesis; the failure, if any, is shrunk to a small one.
+
+        `stream` names the pass (verify's quick first pass is "quick"), so that each pass of a
+        seeded run draws its own examples.
+        """
         from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         from hypothesis import seed as hypothesis_seed
         from hypothesis import strategies as st
@@ -346,7 +360,7 @@ class Session:
         )
         wrapped = config(given(data=st.data())(test))
         if self.seed is not None and not self.derandomize:
-            wrapped = hypothesis_seed(self.seed)(wrapped)
+            wrapped = hypothesis_seed(_stream_seed(self.seed, prop, stream))(wrapped)
         try:  # one database key per (subject, property), so failures replay first next time
             inner = wrapped.hypothesis.inner_test  # type: ignore[attr-defined]
             inner._hypothesis_internal_add_digest = f"{self.target}\0{prop}".encode()
@@ -394,7 +408,7 @@ def verify(
     report: str | os.PathLike[str] | None = None, isolate: bool | None = None,
     progress: bool | Progress = False, exitfirst: bool = False,
     replay: dict[str, Any] | None = None, database: bool | str = True,
-    on_start: Callable[[Report], None] | None = None,
+    on_start: Callable[[Report], None] | None = None, max_seq: int = 64,
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
 
@@ -413,6 +427,7 @@ def verify(
     - `profile`: `"smoke"`, `"default"`, `"thorough"` or `"ci"`; `max_examples` overrides it.
     - `seed`: the same seed gives the same examples and verdicts.
     - `timeout`: seconds allowed for one example before the worker is killed.
+    - `max_seq`: the longest sequence (T) drawn; raise it past a blocked kernel's block size.
     - `report`: a path for the JSON report, written atomically after every property.
     - `exitfirst`: stop after the first property that does not pass.
     - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
@@ -429,7 +444,7 @@ def verify(
     show = _progress_printer(sys.stderr) if progress is True else (progress or None)
     with Session(target, device=device, dtypes=dtypes, profile=profile,
                  max_examples=max_examples, seed=seed, timeout=timeout, isolate=isolate,
-                 database=database) as session:
+                 max_seq=max_seq, database=database) as session:
         result = Report(target=session.target, header=session.header())
         result.properties = [PropertyResult(id=p) for p in props]
         if on_start is not None:
@@ -437,7 +452,7 @@ def verify(
         try:
             quick = replay is None and session.max_examples > 2 * _QUICK_EXAMPLES
             for i, prop in enumerate(props if quick else ()):
-                found = session.run(prop, None, max_examples=_QUICK_EXAMPLES)
+                found = session.run(prop, None, max_examples=_QUICK_EXAMPLES, stream="quick")
                 if not found.ok:  # final: the full pass would only find it again
                     result.properties[i] = found
                     if show is not None:

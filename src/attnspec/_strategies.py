@@ -8,14 +8,20 @@ from hypothesis import strategies as st
 
 __all__ = ["batch_sizes", "configs", "cut_points", "invalid_configs", "seq_lengths"]
 
-# T values where off-by-one and block-boundary bugs live: 1, 2, powers of two and neighbours.
-_SPECIAL_T = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255,
-              256, 257)
+def _special_lengths(max_value: int) -> list[int]:
+    """T values where off-by-one and block-boundary bugs live: 1 to 5, then every power of two
+    from 8 with its neighbours (7, 8, 9, 15, 16, 17, ...)."""
+    special = {1, 2, 3, 4, 5}
+    power = 8
+    while power - 1 <= max_value:
+        special |= {power - 1, power, power + 1}
+        power *= 2
+    return sorted(t for t in special if t <= max_value)
 
 
 def seq_lengths(*, min_value: int = 1, max_value: int = 64) -> st.SearchStrategy[int]:
     """T, weighted towards 1, 2, powers of two and their neighbours, and T > 16."""
-    special = [t for t in _SPECIAL_T if min_value <= t <= max_value]
+    special = [t for t in _special_lengths(max_value) if t >= min_value]
     options = [st.sampled_from(special)] if special else []
     if max_value > 16:
         options.append(st.integers(max(17, min_value), max_value))

@@ -35,6 +35,9 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--seed", type=int, metavar="N", help="the same seed replays the run")
     verify.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="seconds one example may take before the worker is killed (30)")
+    verify.add_argument("--max-seq", type=int, default=64, metavar="T",
+                        help="the longest sequence length drawn (64); raise it past a blocked "
+                             "kernel's block size")
     verify.add_argument("--report", metavar="FILE.json", help="write a JSON report (atomically)")
     verify.add_argument("-x", "--exitfirst", action="store_true",
                         help="stop at the first property that does not pass")
@@ -53,8 +56,8 @@ def _header(session_header: dict[str, Any], target: str) -> str:
             f"torch {v['torch']}, hypothesis {v['hypothesis']}, python {v['python']}\n"
             f"devices: {', '.join(session_header['devices'])}  dtypes: {dtypes}\n"
             f"profile: {session_header['profile']} ({session_header['max_examples']} examples "
-            f"per property), seed: {session_header['seed']}, timeout: "
-            f"{session_header['timeout']:g}s\n")
+            f"per property, T up to {session_header['max_seq']}), seed: "
+            f"{session_header['seed']}, timeout: {session_header['timeout']:g}s\n")
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -79,7 +82,8 @@ def run_verify(args: argparse.Namespace) -> int:
         report = verify(
             args.target, only=args.only, skip=args.skip, device=args.device,
             dtypes=dtypes or None, profile=args.profile, max_examples=args.max_examples,
-            seed=args.seed, timeout=args.timeout, report=args.report, progress=progress,
+            seed=args.seed, timeout=args.timeout, max_seq=args.max_seq, report=args.report,
+            progress=progress,
             exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
             on_start=lambda started: print(_header(started.header, args.target), flush=True),
         )
