@@ -136,6 +136,30 @@ def test_sdpa_kernel_agrees_with_explicit_kernel_in_float64(n_embd: int, n_head:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize(("n_embd", "n_head"), [(12, 3), (32, 4), (7, 7), (48, 1)])
+def test_sdpa_fast_path_is_bitwise_the_checked_pipeline(n_embd: int, n_head: int,
+                                                         dtype: torch.dtype) -> None:
+    from attnspec._reference import _PLAIN
+
+    attn = build(n_embd, n_head, dtype=dtype, kernel="sdpa")
+    for B, T in (*BATCH_SEQ, (2, 33)):
+        outs, grads = [], []
+        for run in (lambda x: attn._pipeline(x, _PLAIN, explicit=False), attn._sdpa_fused):
+            x = residual(B, T, n_embd).to(dtype).requires_grad_()
+            attn.zero_grad()
+            out = run(x)
+            out.backward(torch.ones_like(out))
+            outs.append(out.detach())
+            grads.append([x.grad, *(p.grad for p in attn.parameters())])
+        assert torch.equal(outs[0], outs[1]), (B, T)
+        for pipeline_grad, fused_grad in zip(*grads, strict=True):
+            assert torch.equal(pipeline_grad, fused_grad), (B, T)
+    x = residual(2, 5, n_embd).to(dtype)
+    first, steady = attn(x), attn(x)  # checked pipeline, then the fused path
+    assert torch.equal(first, steady)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_output_dtype_is_the_input_dtype(kernel: str, dtype: torch.dtype) -> None:
     attn = build(12, 3, kernel=kernel, dtype=dtype)

@@ -151,15 +151,31 @@ class CausalSelfAttention(nn.Module):
         if TYPECHECK and not torch.compiler.is_compiling():
             if not isinstance(x, Tensor):
                 return self._pipeline(x, _CHECKED, explicit=self.kernel == "explicit")
-            signature = (x.shape, x.dtype, x.device, self.c_attn.weight.shape,
-                         self.c_proj.weight.shape, self.kernel)
+            modules = self._modules  # plain dict lookups: Module.__getattr__ costs ~0.7 us each
+            signature = (x.shape, x.dtype, x.device,
+                         modules["c_attn"]._parameters["weight"].shape,  # type: ignore[union-attr]
+                         modules["c_proj"]._parameters["weight"].shape,  # type: ignore[union-attr]
+                         self.kernel)
             if signature not in self._checked_signatures:
                 out = self._pipeline(x, _CHECKED, explicit=self.kernel == "explicit")
                 if len(self._checked_signatures) >= _MAX_SIGNATURES:
                     self._checked_signatures.clear()
                 self._checked_signatures.add(signature)
                 return out
-        return self._pipeline(x, _PLAIN, explicit=self.kernel == "explicit")
+        if self.kernel == "sdpa":
+            return self._sdpa_fused(x)
+        return self._pipeline(x, _PLAIN, explicit=True)
+
+    def _sdpa_fused(self, x: Residual) -> Residual:
+        """The fast path once its shapes are checked: the pipeline's sdpa computation with one
+        reshape each way instead of per-step calls. q, k and v get the same strides as
+        split_heads gives them, so the result is bitwise the pipeline's (a test pins it)."""
+        B, T, C = x.shape
+        qkv = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out: Residual = self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return out
 
     def _pipeline(self, x: Residual, steps: SimpleNamespace, *, explicit: bool,
                   keep_weights: list[Tensor] | None = None) -> Residual:
