@@ -112,6 +112,10 @@ def typecheck_path(args: argparse.Namespace) -> dict[str, Any]:
         module = build("explicit", C, H, args.device)
         bare = build("bare", C, H, args.device)
         bare.load_state_dict(module.state_dict())
+        # The A/A control is a second switch-free module: where weights land in memory moves
+        # large-shape timings by a few percent, and forward's module is a different one too.
+        bare_aa = build("bare", C, H, args.device)
+        bare_aa.load_state_dict(module.state_dict())
         x = inputs(B, T, C, args.device)
         large = T * C > 10_000
         rounds = args.rounds if large else args.small_rounds
@@ -119,7 +123,8 @@ def typecheck_path(args: argparse.Namespace) -> dict[str, Any]:
             first_checker, first_steps = _calls_during(lambda m=module, x=x: m(x))
             steady_checker, steady_steps = _calls_during(lambda m=module, x=x: m(x))
             samples, inner = interleave(
-                {"forward": lambda m=module, x=x: m(x), "bare": lambda b=bare, x=x: b(x)},
+                {"forward": lambda m=module, x=x: m(x), "bare": lambda b=bare, x=x: b(x),
+                 "bare_aa": lambda b=bare_aa, x=x: b(x)},
                 rounds=rounds, target_s=0.0 if large else args.target, sync=sync)
         result["shapes"][shape] = {
             "first_call_checker_functions": len(first_checker),
@@ -128,6 +133,7 @@ def typecheck_path(args: argparse.Namespace) -> dict[str, Any]:
             "steps": sorted(set(first_steps)),
             "forward_s": summary(samples["forward"]), "bare_s": summary(samples["bare"]),
             "forward_over_bare": paired_ratio(samples["forward"], samples["bare"]),
+            "aa": paired_ratio(samples["bare_aa"], samples["bare"]),
             "rounds": rounds, "inner": inner,
         }
     return result
