@@ -63,7 +63,7 @@ def _mib(n: int | None) -> str:
 
 def checks(cfg: Config) -> dict[str, Any]:
     """Runtime checking cost: checks on (cached signature / new signature) vs checks off."""
-    from bench_impls import _internals_missing, build, inputs
+    from bench_impls import _internals_missing, build, inputs, is_large
 
     import attnspec
     from attnspec import _reference as R
@@ -77,7 +77,7 @@ def checks(cfg: Config) -> dict[str, Any]:
     timing_rows, goals = [], []
     for shape in CHECK_SHAPES:
         B, T, C, H = shape
-        large = T * C > 10_000
+        large = is_large(*shape)
         rounds, target = _plan(cfg, large, large_rounds=61)
         module = build("explicit", C, H, cfg.device)
         bare = build("bare", C, H, cfg.device)
@@ -210,14 +210,13 @@ def checks(cfg: Config) -> dict[str, Any]:
 
 def kernels(cfg: Config) -> dict[str, Any]:
     """The reference (both kernels) vs a bare SDPA module and nn.MultiheadAttention."""
-    from bench_impls import IMPLS, LABELS, build, inputs
+    from bench_impls import IMPLS, LABELS, build, inputs, is_large
 
     data: dict[str, Any] = {}
     rows, goals = [], []
     for shape in KERNEL_SHAPES:
         B, T, C, H = shape
-        large = T * C > 10_000
-        rounds, target = _plan(cfg, large, large_rounds=15)
+        rounds, target = _plan(cfg, is_large(*shape), large_rounds=15)
         x = inputs(B, T, C, cfg.device)
         modules = {name: build(name, C, H, cfg.device) for name in IMPLS}
         variants = {name: (lambda m=m, x=x: m(x)) for name, m in modules.items()}

@@ -74,6 +74,11 @@ def inputs(B: int, T: int, C: int, device: str) -> Tensor:
     return torch.randn(B, T, C, generator=gen).to(device)
 
 
+def is_large(B: int, T: int, C: int, H: int) -> bool:
+    """Shapes timed one call per block (a forward of milliseconds) rather than many short ones."""
+    return T * C > 10_000
+
+
 def parse_shape(text: str) -> tuple[int, int, int, int]:
     B, T, C, H = (int(v) for v in text.split(","))
     return B, T, C, H

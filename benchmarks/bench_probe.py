@@ -94,7 +94,7 @@ def _calls_during(fn: Callable[[], object]) -> tuple[list[str], list[str]]:
 
 def typecheck_path(args: argparse.Namespace) -> dict[str, Any]:
     from bench_common import interleave, paired_ratio, summary
-    from bench_impls import build, inputs, parse_shape
+    from bench_impls import build, inputs, is_large, parse_shape
 
     import attnspec
     from attnspec import _reference as R
@@ -117,7 +117,7 @@ def typecheck_path(args: argparse.Namespace) -> dict[str, Any]:
         bare_aa = build("bare", C, H, args.device)
         bare_aa.load_state_dict(module.state_dict())
         x = inputs(B, T, C, args.device)
-        large = T * C > 10_000
+        large = is_large(B, T, C, H)
         rounds = args.rounds if large else args.small_rounds
         with torch.no_grad():
             first_checker, first_steps = _calls_during(lambda m=module, x=x: m(x))

@@ -26,8 +26,8 @@ def row(report: dict) -> tuple[str, bool]:
     bad = [p for p in ran if p["verdict"] != "pass"]
     not_run = [p["id"] for p in props if p["verdict"] == "not_run"]
     skipped = [f"{p['id']} ({p['message']})" for p in props if p["verdict"] == "skip"]
-    # divisibility draws invalid (C, H) on purpose; the ranges are those of the forward examples
-    forward = [p for p in ran if p["id"] != "divisibility"]
+    # Properties that ran tensors count dtypes; divisibility only calls build, on invalid (C, H).
+    forward = [p for p in ran if "dtype" in (p.get("drawn") or {})]
     dtypes: dict[str, int] = {}
     for p in forward:
         for name, n in (p.get("drawn") or {}).get("dtype", {}).items():

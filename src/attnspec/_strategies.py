@@ -8,14 +8,21 @@ from hypothesis import strategies as st
 
 __all__ = ["batch_sizes", "configs", "cut_points", "invalid_configs", "seq_lengths"]
 
-def _special_lengths(max_value: int) -> list[int]:
-    """T values where off-by-one and block-boundary bugs live: 1 to 5, then every power of two
-    from 8 with its neighbours (7, 8, 9, 15, 16, 17, ...)."""
-    special = {1, 2, 3, 4, 5}
-    power = 8
-    while power - 1 <= max_value:
-        special |= {power - 1, power, power + 1}
+
+def _powers_of_two_and_neighbours(first: int, limit: int) -> set[int]:
+    """2^k - 1, 2^k and 2^k + 1 for each power 2^k >= `first` with 2^k - 1 <= `limit`: where
+    off-by-one and block-boundary bugs live."""
+    found: set[int] = set()
+    power = first
+    while power - 1 <= limit:
+        found |= {power - 1, power, power + 1}
         power *= 2
+    return found
+
+
+def _special_lengths(max_value: int) -> list[int]:
+    """T values worth drawing often: 1 to 5, then 7, 8, 9, 15, 16, 17, ... up to max_value."""
+    special = {1, 2, 3, 4, 5} | _powers_of_two_and_neighbours(8, max_value)
     return sorted(t for t in special if t <= max_value)
 
 
@@ -67,11 +74,7 @@ def invalid_configs(*, max_embd: int = 128) -> st.SearchStrategy[tuple[int, int]
 def cut_points(T: int) -> st.SearchStrategy[tuple[int, ...]]:
     """Many cut points for one example: 0, 1, T-1, T//2, powers of two and neighbours, plus
     a few drawn at random."""
-    base = {0, 1, T // 2, T - 2, T - 1}
-    power = 2
-    while power <= T:
-        base |= {power - 1, power, power + 1}
-        power *= 2
+    base = {0, 1, T // 2, T - 2, T - 1} | _powers_of_two_and_neighbours(2, T - 1)
     fixed = sorted(t for t in base if 0 <= t < T)
     extra = st.lists(st.integers(0, max(0, T - 1)), max_size=4)
     return extra.map(lambda more: tuple(sorted(set(fixed) | set(more))))
