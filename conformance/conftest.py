@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from attnspec._engine import PROFILES, Session
+from attnspec._engine import PROFILES, Session, check_limits
+from attnspec._errors import TargetError, UsageError
 from attnspec.subjects import BUILTIN
 
 
@@ -29,8 +30,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--max-examples", type=int, default=None, help="examples per property")
     group.addoption("--device", default="all", choices=("cpu", "cuda", "all"))
     group.addoption("--max-seq", type=int, default=64, metavar="T",
-                    help="the longest sequence length drawn (64)")
+                    help="the longest sequence length drawn (64, at most 4096)")
     group.addoption("--attnspec-seed", type=int, default=None, help="Hypothesis seed")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        check_limits(max_examples=config.getoption("--max-examples"),
+                     max_seq=config.getoption("--max-seq"))
+    except UsageError as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 def _targets(config: pytest.Config) -> list[str]:
@@ -58,29 +67,38 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
-def sessions(request: pytest.FixtureRequest) -> Iterator[dict[str, Session]]:
-    opened: dict[str, Session] = {}
+def sessions(request: pytest.FixtureRequest) -> Iterator[dict[str, Session | str]]:
+    """Open sessions by TARGET, or the one-line reason a TARGET could not be opened."""
+    opened: dict[str, Session | str] = {}
     yield opened
     for session in opened.values():
-        session.close()
+        if isinstance(session, Session):
+            session.close()
 
 
 @pytest.fixture
 def check(request: pytest.FixtureRequest, subject: str,
-          sessions: dict[str, Session]) -> Callable[[str], Any]:
+          sessions: dict[str, Session | str]) -> Callable[[str], Any]:
     """check(property_id): run the property on the subject; fail with the engine's message."""
     config = request.config
 
     def run(prop: str) -> Any:
         if subject not in sessions:
-            sessions[subject] = Session(
-                subject, device=config.getoption("--device"),
-                profile=config.getoption("--profile") or ("ci" if os.environ.get("CI")
-                                                          else "default"),
-                max_examples=config.getoption("--max-examples"),
-                seed=config.getoption("--attnspec-seed"),
-                max_seq=config.getoption("--max-seq"))
-        result = sessions[subject].run(prop)
+            try:
+                sessions[subject] = Session(
+                    subject, device=config.getoption("--device"),
+                    profile=config.getoption("--profile") or ("ci" if os.environ.get("CI")
+                                                              else "default"),
+                    max_examples=config.getoption("--max-examples"),
+                    seed=config.getoption("--attnspec-seed"),
+                    max_seq=config.getoption("--max-seq"))
+            except (TargetError, UsageError) as error:
+                # Remembered, so every property of this TARGET fails with the same one line.
+                sessions[subject] = f"attnspec: {error}"
+        session = sessions[subject]
+        if isinstance(session, str):
+            pytest.fail(session, pytrace=False)
+        result = session.run(prop)
         if result.verdict == "skip":
             pytest.skip(f"{prop}: {result.message}")
         if not result.ok:

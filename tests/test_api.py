@@ -127,3 +127,23 @@ def test_conformance_suite_rejects_a_broken_subject_with_a_replay_command() -> N
     assert done.returncode == 1, done.stdout
     assert "width error on tests/faulty/raises.py: forward raised" in done.stdout
     assert "replay: attnspec verify tests/faulty/raises.py --only width --replay" in done.stdout
+
+
+def _conformance(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", *args],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "CI": ""}, timeout=300)
+
+
+def test_conformance_suite_refuses_an_impossible_limit_before_collecting() -> None:
+    done = _conformance("--max-seq", "5000")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "--max-seq 5000: must be between 1 and 4096" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_conformance_suite_names_a_target_it_cannot_open_in_one_line() -> None:
+    done = _conformance("--subject", "tests/faulty/targets/no_build.py", "-k", "width")
+    assert done.returncode == 1, done.stdout
+    assert "attnspec: TARGET 'tests/faulty/targets/no_build.py'" in done.stdout
+    assert "Traceback" not in done.stdout

@@ -253,9 +253,11 @@ def test_max_seq_reaches_bugs_past_a_block_boundary() -> None:
     assert long.header["max_seq"] == 300
 
 
-def test_max_seq_below_one_is_a_usage_error() -> None:
-    with pytest.raises(attnspec.UsageError, match="--max-seq 0: must be >= 1"):
-        verify("attnspec.subjects.reference", max_seq=0)
+@pytest.mark.parametrize("max_seq", [0, 4097, 10**9])
+def test_max_seq_out_of_range_is_a_usage_error(max_seq: int) -> None:
+    expected = f"--max-seq {max_seq}: must be between 1 and 4096"
+    with pytest.raises(attnspec.UsageError, match=expected):
+        verify("attnspec.subjects.reference", max_seq=max_seq)
 
 
 def test_each_property_and_pass_draws_its_own_examples() -> None:

@@ -31,6 +31,8 @@ PROPERTIES: tuple[str, ...] = PROPERTY_IDS
 """The property ids, in the order they run (DESIGN.md's table, then device_agreement)."""
 
 PROFILES: dict[str, int] = {"smoke": 10, "default": 50, "thorough": 400, "ci": 50}
+# B <= 4 and H <= 8 are drawn, so the (B, H, T, T) scores reach 4 * 8 * T * T elements.
+MAX_SEQ_LIMIT = 4096
 """Examples per property for each tier; `ci` is `default`, derandomized, without a database."""
 
 _NEEDS_EXPORT = ("oracle", "oracle_grad")
@@ -124,6 +126,20 @@ class _State:
     drawn: _Coverage = field(default_factory=_Coverage)
 
 
+def check_limits(*, max_examples: int | None = None, timeout: float = 30.0,
+                 max_seq: int = 64) -> None:
+    """Raise UsageError, naming the option and its value, for a limit no run could honour."""
+    if max_examples is not None and max_examples < 1:
+        raise UsageError(f"--max-examples {max_examples}: must be >= 1.")
+    if not timeout > 0:
+        raise UsageError(f"--timeout {timeout:g}: must be > 0 seconds.")
+    if not 1 <= max_seq <= MAX_SEQ_LIMIT:
+        raise UsageError(
+            f"--max-seq {max_seq}: must be between 1 and {MAX_SEQ_LIMIT} (the longest T "
+            f"drawn): at T = {MAX_SEQ_LIMIT} one (B, H, T, T) score tensor of the reference is "
+            f"already 2 GiB in float32.")
+
+
 class Session:
     """One subject, loaded once (in a worker process unless `isolate=False`), checked property by
     property. Use as a context manager so the worker is stopped."""
@@ -136,12 +152,7 @@ class Session:
     ) -> None:
         if profile not in PROFILES:
             raise UsageError(f"profile {profile!r}: choose from {', '.join(PROFILES)}.")
-        if max_examples is not None and max_examples < 1:
-            raise UsageError(f"--max-examples {max_examples}: must be >= 1.")
-        if timeout <= 0:
-            raise UsageError(f"--timeout {timeout:g}: must be > 0 seconds.")
-        if max_seq < 1:
-            raise UsageError(f"--max-seq {max_seq}: must be >= 1 (the longest T drawn).")
+        check_limits(max_examples=max_examples, timeout=timeout, max_seq=max_seq)
         if device not in ("cpu", "cuda", "all"):
             raise UsageError(f"--device {device!r}: choose cpu, cuda or all.")
         cuda = torch.cuda.is_available()

@@ -36,8 +36,8 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="seconds one example may take before the worker is killed (30)")
     verify.add_argument("--max-seq", type=int, default=64, metavar="T",
-                        help="the longest sequence length drawn (64); raise it past a blocked "
-                             "kernel's block size")
+                        help="the longest sequence length drawn (64, at most 4096); raise it "
+                             "past a blocked kernel's block size")
     verify.add_argument("--report", metavar="FILE.json", help="write a JSON report (atomically)")
     verify.add_argument("-x", "--exitfirst", action="store_true",
                         help="stop at the first property that does not pass")
