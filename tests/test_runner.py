@@ -44,12 +44,16 @@ TARGET_ERRORS = {
                   "'tests/faulty/targets/missing.py'.",
     "no_build.py": "TARGET 'tests/faulty/targets/no_build.py' has no build(n_embd, n_head); "
                    "define one that returns a torch.nn.Module.",
-    "build_not_callable.py": "TARGET 'tests/faulty/targets/build_not_callable.py': build is a "
-                             "int, not a function.",
+    "build_not_callable.py": "TARGET 'tests/faulty/targets/build_not_callable.py': build is "
+                             "of type int, not a function.",
     "build_wrong_params.py": "TARGET 'tests/faulty/targets/build_wrong_params.py': "
                              "build(config) cannot be called as build(n_embd, n_head).",
     "bad_dtypes.py": "TARGET 'tests/faulty/targets/bad_dtypes.py': DTYPES must be a sequence "
                      "of torch dtypes, got ('float32',).",
+    "integer_dtypes.py": "TARGET 'tests/faulty/targets/integer_dtypes.py': DTYPES lists int8; "
+                         "attnspec checks float32, float64, bfloat16, float16.",
+    "": "TARGET 'tests/faulty/targets/': 'tests/faulty/targets/' is a directory; give a .py "
+        "file, or a package by its dotted name.",
 }
 
 
@@ -59,6 +63,15 @@ def test_target_problem_exits_2_with_one_line(name: str) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"attnspec verify: {TARGET_ERRORS[name]}", done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_a_package_folder_in_the_working_directory_imports_as_the_package() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "attnspec", "verify", "attnpkg", "--only", "width",
+         "--max-examples", "3", "--no-database", "--no-progress"],
+        capture_output=True, text=True, timeout=300, cwd=FAULTY / "package_here")
+    assert done.returncode == 0, done.stderr
+    assert "width" in done.stdout and "pass" in done.stdout
 
 
 def test_syntax_error_shows_the_subjects_file_and_line() -> None:
@@ -215,7 +228,46 @@ def test_report_is_written_for_a_target_error(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     done = cli("verify", "tests/faulty/targets/no_build.py", "--report", str(path))
     assert done.returncode == 2
-    assert "has no build" in json.loads(path.read_text())["error"]
+    written = json.loads(path.read_text())
+    assert written["status"] == "error" and not written["partial"]
+    assert "has no build" in written["error"]
+
+
+@pytest.mark.parametrize("where", ["a_directory", "new/", "a_file/r.json", "/proc/no/r.json"])
+def test_a_report_path_that_cannot_be_written_exits_2_before_loading(
+    where: str, tmp_path: Path,
+) -> None:
+    (tmp_path / "a_directory").mkdir()
+    (tmp_path / "a_file").write_text("")
+    path = where if where.startswith("/") else f"{tmp_path}/{where}"
+    done = cli("verify", "tests/faulty/raises.py", "--report", path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"attnspec verify: error: --report {path!r}: "), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == ""
+
+
+def test_a_report_that_fails_mid_run_keeps_every_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from attnspec._report import Report
+
+    def full_disk(self: Report, path: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Report, "write", full_disk)
+    report = verify("attnspec.subjects.reference", only="width,dtype", max_examples=3,
+                    report=tmp_path / "r.json")
+    assert [p.verdict for p in report.properties] == ["pass", "pass"]
+    assert report.write_error is not None and "No space left" in report.write_error
+
+
+def test_a_non_finite_measurement_is_written_as_valid_json(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    report = verify(FAULTY / "nan_for_long.py", only="oracle", report=path)
+    assert report.result("oracle").verdict == "fail"
+    text = path.read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the report"))
 
 
 def test_ctrl_c_writes_a_partial_report(tmp_path: Path) -> None:
@@ -235,7 +287,26 @@ def test_ctrl_c_writes_a_partial_report(tmp_path: Path) -> None:
     assert saved["partial"] is True and saved["status"] == "interrupted"
     verdicts = [p["verdict"] for p in saved["properties"]]
     assert verdicts[0] == "pass" and "not_run" in verdicts
-    assert "interrupted; the report so far is marked partial" in stderr
+    assert f"interrupted; the report so far is in {path}, marked interrupted" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_ctrl_c_while_the_subject_loads_still_writes_the_report(tmp_path: Path) -> None:
+    path, started = tmp_path / "r.json", tmp_path / "import-started"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ATTNSPEC_TEST_IMPORT_STARTED": str(started)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attnspec", "verify", "tests/faulty/slow_import.py",
+         "--report", str(path)],
+        cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)  # well before the import's minute is up
+    assert process.returncode == 130, stderr
+    saved = json.loads(path.read_text())
+    assert saved["status"] == "interrupted" and saved["partial"] is True
+    assert {p["verdict"] for p in saved["properties"]} == {"not_run"}
     assert "Traceback" not in stderr
 
 

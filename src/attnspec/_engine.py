@@ -21,7 +21,7 @@ import torch
 
 from ._errors import UsageError
 from ._properties import PROPERTY_IDS, Example
-from ._report import PropertyResult, Report
+from ._report import PropertyResult, Report, check_report_path
 from ._subject import default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
 
@@ -68,6 +68,9 @@ def _split_ids(values: Iterable[str] | str | None, option: str) -> list[str] | N
     if isinstance(values, str):
         values = [values]
     ids = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    if not ids:
+        raise UsageError(f"{option} {','.join(values)!r}: names no property id; the ids are "
+                         f"{', '.join(PROPERTIES)}.")
     unknown = [i for i in ids if i not in PROPERTIES]
     if unknown:
         raise UsageError(f"{option} {','.join(ids)}: unknown property id "
@@ -79,7 +82,11 @@ def select_properties(only: Iterable[str] | str | None = None,
                       skip: Iterable[str] | str | None = None) -> list[str]:
     chosen = _split_ids(only, "--only") or list(PROPERTIES)
     skipped = set(_split_ids(skip, "--skip") or ())
-    return [p for p in PROPERTIES if p in chosen and p not in skipped]
+    props = [p for p in PROPERTIES if p in chosen and p not in skipped]
+    if not props:
+        raise UsageError(f"--only {','.join(chosen)} with --skip {','.join(sorted(skipped))} "
+                         "leaves no property to run.")
+    return props
 
 
 def _size(ex: Example) -> tuple[int, ...]:
@@ -175,8 +182,7 @@ class Session:
         self.derandomize = ci if derandomize is None else derandomize
         self.database = None if (database is False or profile == "ci") else (
             database if isinstance(database, str) else os.path.join(".hypothesis", "attnspec"))
-        self.target = target if isinstance(target, str) else getattr(
-            target, "__name__", repr(target))
+        self.target = _target_name(target)
         isolate = isinstance(target, str) if isolate is None else isolate
         if isolate and not isinstance(target, str):
             raise UsageError("isolate=True needs a TARGET string (a path or a dotted module); "
@@ -452,12 +458,21 @@ def verify(
     props = select_properties(only, skip)
     if replay is not None and len(props) != 1:
         raise UsageError("--replay runs one example of one property: give exactly one --only.")
+    if report is not None:
+        check_report_path(report)
     show = _progress_printer(sys.stderr) if progress is True else (progress or None)
-    with Session(target, device=device, dtypes=dtypes, profile=profile,
-                 max_examples=max_examples, seed=seed, timeout=timeout, isolate=isolate,
-                 max_seq=max_seq, database=database) as session:
-        result = Report(target=session.target, header=session.header())
-        result.properties = [PropertyResult(id=p) for p in props]
+    result = Report(target=_target_name(target), header={},
+                    properties=[PropertyResult(id=p) for p in props])
+    try:
+        session = Session(target, device=device, dtypes=dtypes, profile=profile,
+                          max_examples=max_examples, seed=seed, timeout=timeout,
+                          isolate=isolate, max_seq=max_seq, database=database)
+    except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
+        result.interrupted = True
+        _save(result, report)
+        raise
+    with session:
+        result.header = session.header()
         if on_start is not None:
             on_start(result)
         try:
@@ -468,8 +483,7 @@ def verify(
                     result.properties[i] = found
                     if show is not None:
                         show(prop, found.examples, found.examples, found)
-                    if report is not None:
-                        result.write(report)
+                    _save(result, report)
                     if exitfirst:
                         break
             for i, prop in enumerate(props):
@@ -481,13 +495,26 @@ def verify(
                     result.properties[i] = session.replay(prop, replay)
                 else:
                     result.properties[i] = session.run(prop, show)
-                if report is not None:
-                    result.write(report)
+                _save(result, report)
             result.partial = any(p.verdict == "not_run" for p in result.properties)
         except KeyboardInterrupt:
             result.interrupted = True
             raise
         finally:
-            if report is not None:
-                result.write(report)
+            _save(result, report)
     return result
+
+
+def _target_name(target: Any) -> str:
+    return target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+
+
+def _save(result: Report, path: str | os.PathLike[str] | None) -> None:
+    """Write the report; a failure (a full disk) is kept on it, not raised: no verdict is lost."""
+    if path is None:
+        return
+    try:
+        result.write(path)
+        result.write_error = None
+    except (OSError, UsageError) as error:
+        result.write_error = f"{os.fspath(path)!r}: {error}"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["PropertyResult", "Report"]
+__all__ = ["PropertyResult", "Report", "check_report_path", "clip"]
 
 PASSING = ("pass", "skip")
 SCHEMA = 1
@@ -53,10 +54,14 @@ class Report:
     properties: list[PropertyResult] = field(default_factory=list)
     partial: bool = True
     interrupted: bool = False
+    # Why the TARGET could not be checked at all (it did not load); status "error".
+    error: str | None = None
+    # Why the JSON report could not be written, if it could not (not part of the JSON).
+    write_error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.partial and all(p.ok for p in self.properties)
+        return self.error is None and not self.partial and all(p.ok for p in self.properties)
 
     @property
     def failures(self) -> list[PropertyResult]:
@@ -70,15 +75,17 @@ class Report:
                        f"{', '.join(p.id for p in self.properties)}.")
 
     def to_json(self) -> dict[str, Any]:
-        status = ("interrupted" if self.interrupted else "partial" if self.partial
-                  else "pass" if self.ok else "fail")
+        status = ("error" if self.error is not None else "interrupted" if self.interrupted
+                  else "partial" if self.partial else "pass" if self.ok else "fail")
+        extra = {"error": self.error} if self.error is not None else {}
         return {"schema": SCHEMA, "target": self.target, "status": status,
-                "partial": self.partial, **self.header,
-                "properties": [asdict(p) for p in self.properties]}
+                "partial": self.partial, **extra, **self.header,
+                "properties": [_finite(asdict(p)) for p in self.properties]}
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the JSON report atomically: a temporary file beside it, then a rename."""
         path = os.fspath(path)
+        _check_name(path)
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".attnspec-report-", suffix=".json", dir=directory)
@@ -87,7 +94,7 @@ class Report:
         try:
             os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets; a report is not
             with os.fdopen(fd, "w") as handle:
-                json.dump(self.to_json(), handle, indent=2)
+                json.dump(self.to_json(), handle, indent=2, allow_nan=False)
                 handle.write("\n")
             os.replace(tmp, path)
         except BaseException:
@@ -109,6 +116,51 @@ class Report:
             if p.replay:
                 lines.append(f"  replay: {p.replay}")
         return "\n".join(line.rstrip() for line in lines)
+
+
+def check_report_path(path: str | os.PathLike[str]) -> None:
+    """Raise UsageError now, naming the path and the reason, if a report could not go there."""
+    from ._errors import UsageError
+
+    path = os.fspath(path)
+    _check_name(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    try:  # a trial file where the report will go: the only test that root, NFS and /proc obey
+        os.makedirs(directory, exist_ok=True)
+        fd, trial = tempfile.mkstemp(prefix=".attnspec-report-", suffix=".json", dir=directory)
+        os.close(fd)
+        os.unlink(trial)
+    except OSError as error:
+        raise UsageError(f"--report {path!r}: cannot write a file in {directory!r} "
+                         f"({error.strerror or error}).") from None
+
+
+def _check_name(path: str) -> None:
+    from ._errors import UsageError
+
+    if not path:
+        raise UsageError("--report '': give a file name for the JSON report.")
+    if os.path.isdir(path) or path.endswith(("/", os.sep)):
+        raise UsageError(f"--report {path!r}: names a directory; give a file name such as "
+                         f"{os.path.join(path, 'attnspec-report.json')!r}.")
+
+
+def clip(text: str, limit: int = 2000) -> str:
+    """A subject's own text, cut to `limit` characters so one huge message cannot flood a run."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no inf or NaN: such numbers become null (the message still says the value)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _short(ce: dict[str, Any], where: dict[str, Any] | None) -> str:

@@ -66,7 +66,12 @@ def split_target(target: str) -> tuple[str, str | None]:
 
 
 def _is_path(spec: str) -> bool:
-    return spec.endswith(".py") or os.sep in spec or os.path.exists(spec)
+    """A file path, not a dotted module; a folder named like a package imports as the package."""
+    if spec.endswith(".py") or os.sep in spec or (os.altsep and os.altsep in spec):
+        return True
+    if os.path.isdir(spec):
+        return not all(part.isidentifier() for part in spec.split("."))
+    return os.path.exists(spec)
 
 
 def _where(error: BaseException, files: tuple[str, ...]) -> str:
@@ -84,6 +89,9 @@ def _where(error: BaseException, files: tuple[str, ...]) -> str:
 def _import(target: str, spec: str) -> tuple[ModuleType, str]:
     if _is_path(spec):
         path = os.path.abspath(spec)
+        if os.path.isdir(path):
+            raise TargetError(f"TARGET {target!r}: {spec!r} is a directory; give a .py file, or "
+                              "a package by its dotted name.")
         if not os.path.isfile(path):
             raise TargetError(f"TARGET {target!r}: no such file {spec!r}.")
         directory = os.path.dirname(path)
@@ -120,7 +128,7 @@ def _import(target: str, spec: str) -> tuple[ModuleType, str]:
 def _optional(obj: Any, attr: str, target: str) -> Any:
     value = getattr(obj, attr, None)
     if value is not None and not callable(value):
-        raise TargetError(f"TARGET {target!r}: {attr} is a {type(value).__name__}, "
+        raise TargetError(f"TARGET {target!r}: {attr} is of type {type(value).__name__}, "
                           "not a function.")
     return value
 
@@ -144,7 +152,8 @@ def load_subject(target: str) -> Subject:
             raise TargetError(f"TARGET {target!r} has no build(n_embd, n_head); "
                               "define one that returns a torch.nn.Module.")
     if not callable(build):
-        raise TargetError(f"TARGET {target!r}: build is a {type(build).__name__}, not a function.")
+        raise TargetError(f"TARGET {target!r}: build is of type {type(build).__name__}, "
+                          "not a function.")
     try:
         inspect.signature(build).bind(1, 1)
     except TypeError:
@@ -162,6 +171,10 @@ def load_subject(target: str) -> Subject:
         if not dtypes or len(dtypes) != len(list(declared)):
             raise TargetError(f"TARGET {target!r}: DTYPES must be a sequence of torch dtypes, "
                               f"got {declared!r}.")
+        unknown = [d for d in dtypes if d not in _DTYPE_NAMES]
+        if unknown:
+            raise TargetError(f"TARGET {target!r}: DTYPES lists {', '.join(unknown)}; attnspec "
+                              f"checks {', '.join(_DTYPE_NAMES)}.")
     name = getattr(obj, "__name__", None) or type(obj).__name__
     return Subject(target=target, name=str(name), build=build,
                    export_weights=_optional(obj, "export_weights", target),

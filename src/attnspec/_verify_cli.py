@@ -90,13 +90,22 @@ def run_verify(args: argparse.Namespace) -> int:
     except TargetError as error:
         print(f"attnspec verify: {error}", file=sys.stderr)
         if args.report:
-            _write_target_error(args.report, args.target, str(error))
+            try:
+                _write_target_error(args.report, args.target, str(error))
+            except (OSError, UsageError) as unwritten:
+                print(f"attnspec verify: the JSON report could not be written: {unwritten}",
+                      file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("\nattnspec verify: interrupted; the report so far is marked partial.",
-              file=sys.stderr)
+        kept = (f"; the report so far is in {args.report}, marked interrupted" if args.report
+                else "")
+        print(f"\nattnspec verify: interrupted{kept}.", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(report.summary())
+    if report.write_error is not None:
+        print(f"\nattnspec verify: the JSON report could not be written to "
+              f"{report.write_error}", file=sys.stderr)
+        return EXIT_FAILED if report.failures else EXIT_USAGE
     if args.report:
         print(f"\nreport: {args.report}")
     return EXIT_OK if report.ok else EXIT_FAILED
@@ -105,6 +114,5 @@ def run_verify(args: argparse.Namespace) -> int:
 def _write_target_error(path: str, target: str, message: str) -> None:
     from ._report import Report
 
-    report = Report(target=target, header={"error": message})
-    report.partial = False
+    report = Report(target=target, header={}, partial=False, error=message)
     report.write(path)

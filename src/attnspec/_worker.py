@@ -165,7 +165,12 @@ class Worker:
         child.close()
         self._process, self._conn = process, parent
         self.restarts += 1
-        if not parent.poll(self.start_timeout):
+        try:
+            loaded = parent.poll(self.start_timeout)
+        except BaseException:  # Ctrl-C while the subject loads: leave no worker behind
+            self._kill()
+            raise
+        if not loaded:
             self._kill()
             raise TargetError(f"TARGET {self.target!r} did not finish loading within "
                               f"{self.start_timeout:g} s.")
