@@ -169,6 +169,35 @@ def test_forward_raising_is_an_error_with_the_subjects_text_shrunk_to_the_edge()
     assert report.result("divisibility").verdict == "pass"
 
 
+@pytest.mark.parametrize(("name", "text"), [
+    ("exits", "SystemExit: 3"),
+    ("interrupts", "KeyboardInterrupt"),
+    ("unprintable", "Unprintable: <its str() raised ValueError>"),
+])
+def test_forward_raising_past_except_exception_is_still_the_subjects_error(
+    name: str, text: str,
+) -> None:
+    report = verify(f"tests/faulty/misbehaves.py:{name}", only="width,divisibility",
+                    max_examples=40)
+    width = report.result("width")
+    assert width.verdict == "error"
+    assert width.message == f"forward raised on input of shape (1, 9, 1): {text}"
+    assert report.result("divisibility").verdict == "pass"
+
+
+def test_a_huge_error_message_is_clipped() -> None:
+    width = verify("tests/faulty/misbehaves.py:floods", only="width").result("width")
+    assert width.verdict == "error"
+    assert width.message.endswith("... (1,998,012 more characters)")
+    assert len(width.message) < 2100
+
+
+def test_export_returning_none_says_so() -> None:
+    oracle = verify("tests/faulty/misbehaves.py:exports_none", only="oracle").result("oracle")
+    assert oracle.verdict == "error"
+    assert oracle.message.startswith("export_weights returned NoneType, not a mapping of ")
+
+
 def test_tuple_output_gets_a_hint() -> None:
     width = verify(FAULTY / "returns_tuple.py", only="width").result("width")
     assert width.verdict == "error"

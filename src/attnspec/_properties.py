@@ -17,7 +17,7 @@ from torch import Tensor
 
 from . import _tolerance as tol
 from ._reference import BIAS_KEYS, WEIGHT_KEYS, reference_attention
-from ._subject import Subject, dtype_from_name
+from ._subject import Subject, dtype_from_name, fault_text
 
 __all__ = ["CHECKS", "Example", "PROPERTY_IDS", "SubjectFault", "run_check"]
 
@@ -28,6 +28,10 @@ PROPERTY_IDS: tuple[str, ...] = (
 )
 
 Outcome = dict[str, Any]
+
+# What the subject's own code may raise and be blamed for: sys.exit() in a kernel is its fault.
+# The worker adds KeyboardInterrupt, since it ignores SIGINT: one there is the subject's own.
+SUBJECT_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit)
 
 
 @dataclass(frozen=True)
@@ -88,18 +92,18 @@ def _build(subject: Subject, ex: Example) -> torch.nn.Module:
         torch.manual_seed(ex.seed)  # the same example builds the same weights on replay
         try:
             module = subject.build(ex.C, ex.H)
-        except Exception as error:
+        except SUBJECT_ERRORS as error:
             raise SubjectFault(f"build({ex.C}, {ex.H}) raised for a valid configuration: "
-                               f"{type(error).__name__}: {error}") from error
+                               f"{fault_text(error)}") from error
     if not isinstance(module, torch.nn.Module):
         raise SubjectFault(f"build({ex.C}, {ex.H}) returned {type(module).__name__}, "
                            "not a torch.nn.Module.")
     try:
         module.eval()
         module.to(device=ex.device, dtype=dtype_from_name(ex.dtype))
-    except Exception as error:
+    except SUBJECT_ERRORS as error:
         raise SubjectFault(f".eval().to({ex.device}, {ex.dtype}) raised: "
-                           f"{type(error).__name__}: {error}") from error
+                           f"{fault_text(error)}") from error
     return module
 
 
@@ -109,9 +113,9 @@ def _forward(module: torch.nn.Module, x: Tensor, run: _Run, *, grad: bool = Fals
     try:
         with torch.set_grad_enabled(grad):
             out = module(x)
-    except Exception as error:
+    except SUBJECT_ERRORS as error:
         raise SubjectFault(f"forward raised on input of shape {tuple(x.shape)}: "
-                           f"{type(error).__name__}: {error}") from error
+                           f"{fault_text(error)}") from error
     if not isinstance(out, Tensor):
         hint = ""
         if isinstance(out, tuple):
@@ -177,7 +181,7 @@ def check_divisibility(subject: Subject, ex: Example, run: _Run) -> Outcome:
     with torch.random.fork_rng(devices=[]):
         try:
             built = subject.build(ex.C, ex.H)
-        except Exception:
+        except SUBJECT_ERRORS:
             return {"kind": "pass"}  # any exception: it refused the configuration
     why = (f"{ex.C} is not divisible by {ex.H}" if ex.C >= 1 and ex.H >= 1
            else "n_embd and n_head must both be >= 1")
@@ -315,9 +319,13 @@ def check_finite(subject: Subject, ex: Example, run: _Run) -> Outcome:
 def _exported(subject: Subject, module: torch.nn.Module, ex: Example) -> dict[str, Tensor]:
     assert subject.export_weights is not None
     try:
-        weights = dict(subject.export_weights(module))
-    except Exception as error:
-        raise SubjectFault(f"export_weights raised: {type(error).__name__}: {error}") from error
+        exported = subject.export_weights(module)
+    except SUBJECT_ERRORS as error:
+        raise SubjectFault(f"export_weights raised: {fault_text(error)}") from error
+    if not isinstance(exported, Mapping):
+        raise SubjectFault(f"export_weights returned {type(exported).__name__}, not a mapping "
+                           f"of {', '.join(WEIGHT_KEYS)} to tensors.")
+    weights = dict(exported)
     missing = [k for k in WEIGHT_KEYS if k not in weights]
     if missing:
         raise SubjectFault(f"export_weights returned keys {sorted(weights)}; missing "
@@ -376,8 +384,8 @@ def check_oracle_grad(subject: Subject, ex: Example, run: _Run) -> Outcome:
     out = _forward(module, x, run, grad=True)
     try:
         got = torch.autograd.grad(out, [x, *params], cotangent, allow_unused=True)
-    except Exception as error:
-        raise SubjectFault(f"backward raised: {type(error).__name__}: {error}") from error
+    except SUBJECT_ERRORS as error:
+        raise SubjectFault(f"backward raised: {fault_text(error)}") from error
     gx = got[0]
     if gx is None:
         return _fail("the output does not depend on the input through autograd.")
@@ -439,8 +447,8 @@ def check_grad_causality(subject: Subject, ex: Example, run: _Run) -> Outcome:
     out = _forward(module, stacked, run, grad=True)
     try:
         (grad,) = torch.autograd.grad(out, [stacked], cotangent)
-    except Exception as error:
-        raise SubjectFault(f"backward raised: {type(error).__name__}: {error}") from error
+    except SUBJECT_ERRORS as error:
+        raise SubjectFault(f"backward raised: {fault_text(error)}") from error
     for i, t in enumerate(cuts):
         future = grad[i * ex.B:(i + 1) * ex.B, t + 1:]
         err, index = tol.max_abs_diff(future, torch.zeros_like(future))

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["PropertyResult", "Report", "check_report_path", "clip"]
+__all__ = ["PropertyResult", "Report", "check_report_path"]
 
 PASSING = ("pass", "skip")
 SCHEMA = 1
@@ -143,13 +143,6 @@ def _check_name(path: str) -> None:
     if os.path.isdir(path) or path.endswith(("/", os.sep)):
         raise UsageError(f"--report {path!r}: names a directory; give a file name such as "
                          f"{os.path.join(path, 'attnspec-report.json')!r}.")
-
-
-def clip(text: str, limit: int = 2000) -> str:
-    """A subject's own text, cut to `limit` characters so one huge message cannot flood a run."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
 
 
 def _finite(value: Any) -> Any:

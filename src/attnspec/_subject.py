@@ -21,7 +21,7 @@ import torch
 
 from ._errors import TargetError
 
-__all__ = ["Subject", "default_dtypes", "load_subject", "split_target"]
+__all__ = ["Subject", "clip", "default_dtypes", "fault_text", "load_subject", "split_target"]
 
 _DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64,
                 "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -65,6 +65,23 @@ def split_target(target: str) -> tuple[str, str | None]:
     return target, None
 
 
+def clip(text: str, limit: int = 2000) -> str:
+    """A subject's own text, cut to `limit` characters so one huge message cannot flood a run."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def fault_text(error: BaseException) -> str:
+    """`Type: message` for an exception the subject raised, even one whose str() raises."""
+    try:
+        message = str(error)
+    except BaseException as broken:  # noqa: BLE001 - the subject's __str__ is its own code
+        message = f"<its str() raised {type(broken).__name__}>"
+    name = type(error).__name__
+    return clip(f"{name}: {message}" if message else name)
+
+
 def _is_path(spec: str) -> bool:
     """A file path, not a dotted module; a folder named like a package imports as the package."""
     if spec.endswith(".py") or os.sep in spec or (os.altsep and os.altsep in spec):
@@ -83,7 +100,7 @@ def _where(error: BaseException, files: tuple[str, ...]) -> str:
            and os.sep + "attnspec" + os.sep not in f.filename]
     mine = [f for f in own if os.path.abspath(f.filename) in files] or own
     head = f"{mine[-1].filename}:{mine[-1].lineno}: " if mine else ""
-    return f"{head}{type(error).__name__}: {error}"
+    return f"{head}{fault_text(error)}"
 
 
 def _import(target: str, spec: str) -> tuple[ModuleType, str]:

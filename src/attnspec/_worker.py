@@ -11,13 +11,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import signal
 import time
-import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
+from . import _properties
 from ._errors import TargetError
 from ._properties import Example, Outcome, run_check
+from ._subject import fault_text
 
 __all__ = ["Executor", "InProcess", "SubjectCrash", "Worker", "grid"]
 
@@ -49,9 +50,9 @@ def _describe_subject(target: str) -> dict[str, Any]:
     if subject.supports is not None:
         try:
             supported = [(c, h) for c, h in grid() if subject.supports(c, h)]
-        except Exception as error:
+        except BaseException as error:  # noqa: BLE001 - while loading, all is the TARGET's
             raise TargetError(f"TARGET {target!r}: supports() raised "
-                              f"{type(error).__name__}: {error}") from None
+                              f"{fault_text(error)}") from None
     return {"subject": subject, "meta": {
         "name": subject.name, "origin": subject.origin,
         "has_export": subject.export_weights is not None,
@@ -62,6 +63,7 @@ def _describe_subject(target: str) -> dict[str, Any]:
 def _serve(conn: Connection, target: str) -> None:
     """The worker's main loop: load the subject, then answer check requests until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
+    _properties.SUBJECT_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
     try:
         _answer(conn, target)
     except (BrokenPipeError, ConnectionResetError, EOFError):
@@ -76,7 +78,7 @@ def _answer(conn: Connection, target: str) -> None:
         return
     except BaseException as error:  # anything else while loading is still the TARGET's fault
         conn.send(("target_error", f"TARGET {target!r} failed to load: "
-                                   f"{type(error).__name__}: {error}"))
+                                   f"{fault_text(error)}"))
         return
     conn.send(("ready", loaded["meta"]))
     subject = loaded["subject"]
@@ -89,7 +91,7 @@ def _answer(conn: Connection, target: str) -> None:
             outcome = run_check(subject, prop, Example.from_json(example))
         except BaseException as error:  # attnspec's own bug: report it, do not die silently
             outcome = {"kind": "error", "message": "internal error in attnspec: "
-                       + "".join(traceback.format_exception_only(type(error), error)).strip()}
+                       + fault_text(error)}
         conn.send(("outcome", outcome))
 
 
