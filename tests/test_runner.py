@@ -388,6 +388,34 @@ def test_replay_command_reproduces_the_failure() -> None:
     assert replayed.result("width").examples == 1
 
 
+@pytest.mark.parametrize(("replay", "why"), [
+    ({}, "missing B, T, C, H"),
+    ({"B": "x", "T": 2, "C": 4, "H": 2}, "B must be a whole number >= 0, got 'x'"),
+    ({"B": 1, "T": 2, "C": 4, "H": 2, "sed": 1}, "unknown field 'sed'"),
+    ({"B": 1, "T": 2, "C": 4, "H": 2, "cuts": "ab"}, "cuts must be a list of whole numbers"),
+    ({"B": 0, "T": 0, "C": 4, "H": 2}, "B, T, C and H must all be >= 1"),
+    ({"B": 1, "T": 2, "C": 5, "H": 2}, "C=5 is not divisible by H=2"),
+    ({"B": 1, "T": 2, "C": 4, "H": 2, "dtype": "int8"}, "dtype 'int8' is not one this run"),
+    ({"B": 1, "T": 2, "C": 4, "H": 2, "device": "tpu"}, "device 'tpu' is not available"),
+])
+def test_a_replay_that_is_not_an_example_is_a_usage_error(replay: dict[str, object],
+                                                           why: str) -> None:
+    with pytest.raises(attnspec.UsageError, match="^--replay .*: " + why):
+        attnspec.verify("attnspec.subjects.reference", only="width", replay=replay,
+                        isolate=False)
+
+
+def test_replay_reads_a_file_and_refuses_text_that_is_not_json(tmp_path: Path) -> None:
+    saved = tmp_path / "example.json"
+    saved.write_text('{"B": 1, "T": 9, "C": 4, "H": 2}')
+    done = cli("verify", "tests/faulty/raises.py", "--only", "width", "--replay", str(saved),
+               "--no-progress")
+    assert done.returncode == 1 and "NotImplementedError: tile for T=9" in done.stdout
+    done = cli("verify", "tests/faulty/raises.py", "--only", "width", "--replay", "README.md")
+    assert done.returncode == 2
+    assert "not JSON" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_database_replays_a_failure_first_next_time(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CI", raising=False)  # CI derandomizes, which keeps no database

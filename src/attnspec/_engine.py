@@ -13,7 +13,7 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ import torch
 from ._errors import UsageError
 from ._properties import PROPERTY_IDS, Example
 from ._report import PropertyResult, Report, check_report_path
-from ._subject import default_dtypes
+from ._subject import clip, default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
 
 __all__ = ["PROFILES", "PROPERTIES", "Session", "verify"]
@@ -296,9 +296,54 @@ class Session:
         result.verdict = "pass"
         return result
 
+    def replay_example(self, prop: str, data: Mapping[str, Any]) -> Example:
+        """The example in a replay JSON, checked so that a typo is a UsageError, not a verdict."""
+        def bad(why: str) -> UsageError:
+            shown = json.dumps(data, separators=(",", ":"), default=repr)
+            return UsageError(f"--replay {clip(shown, 200)}: {why}.")
+
+        if not isinstance(data, Mapping):
+            raise bad("expected a JSON object such as a failure's replay command prints")
+        fields = list(Example.__dataclass_fields__)
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise bad(f"unknown field {', '.join(map(repr, unknown))}; the fields are "
+                      f"{', '.join(fields)}")
+        missing = [k for k in ("B", "T", "C", "H") if k not in data]
+        if missing:
+            raise bad(f"missing {', '.join(missing)}")
+        for key in ("B", "T", "C", "H", "seed"):
+            value = data.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise bad(f"{key} must be a whole number >= 0, got {value!r}")
+        ex = Example.from_json(data) if isinstance(data.get("cuts", []), list) else None
+        if ex is None or not all(isinstance(t, int) and not isinstance(t, bool)
+                                 for t in ex.cuts):
+            raise bad(f"cuts must be a list of whole numbers, got {data.get('cuts')!r}")
+        if not isinstance(ex.scale, int | float) or isinstance(ex.scale, bool) \
+                or not ex.scale > 0:
+            raise bad(f"scale must be a number > 0, got {ex.scale!r}")
+        if prop == "divisibility":
+            return ex
+        if min(ex.B, ex.T, ex.C, ex.H) < 1:
+            raise bad("B, T, C and H must all be >= 1 for this property")
+        if ex.T > MAX_SEQ_LIMIT:
+            raise bad(f"T must be at most {MAX_SEQ_LIMIT}")
+        if ex.C % ex.H:
+            raise bad(f"C={ex.C} is not divisible by H={ex.H}; only divisibility draws such "
+                      "configurations")
+        device = "cuda" if prop == "device_agreement" else ex.device
+        if device not in self.dtypes:
+            raise bad(f"device {ex.device!r} is not available here; this run has "
+                      f"{', '.join(self.devices)}")
+        if ex.dtype not in self.dtypes[device]:
+            raise bad(f"dtype {ex.dtype!r} is not one this run checks on {device}: "
+                      f"{', '.join(self.dtypes[device])}")
+        return ex
+
     def replay(self, prop: str, example: Example | dict[str, Any]) -> PropertyResult:
         """Run exactly one example of one property (what a failure's replay command does)."""
-        ex = example if isinstance(example, Example) else Example.from_json(example)
+        ex = example if isinstance(example, Example) else self.replay_example(prop, example)
         state = _State()
         start = time.perf_counter()
         self._one(prop, ex, state)
@@ -424,7 +469,7 @@ def verify(
     max_examples: int | None = None, seed: int | None = None, timeout: float = 30.0,
     report: str | os.PathLike[str] | None = None, isolate: bool | None = None,
     progress: bool | Progress = False, exitfirst: bool = False,
-    replay: dict[str, Any] | None = None, database: bool | str = True,
+    replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
     on_start: Callable[[Report], None] | None = None, max_seq: int = 64,
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
@@ -473,6 +518,8 @@ def verify(
         raise
     with session:
         result.header = session.header()
+        example = replay if isinstance(replay, Example) or replay is None else \
+            session.replay_example(props[0], replay)
         if on_start is not None:
             on_start(result)
         try:
@@ -491,8 +538,8 @@ def verify(
                     break
                 if result.properties[i].verdict != "not_run":
                     continue
-                if replay is not None:
-                    result.properties[i] = session.replay(prop, replay)
+                if example is not None:
+                    result.properties[i] = session.replay(prop, example)
                 else:
                     result.properties[i] = session.run(prop, show)
                 _save(result, report)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -42,7 +43,8 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("-x", "--exitfirst", action="store_true",
                         help="stop at the first property that does not pass")
     verify.add_argument("--replay", metavar="JSON",
-                        help="run one example (from a failure's replay command) with one --only")
+                        help="run one example (the JSON object from a failure's replay command, "
+                             "or a file holding it) with one --only")
     verify.add_argument("--no-database", action="store_true",
                         help="do not read or write Hypothesis's example database")
     verify.add_argument("--no-progress", action="store_true", help="no progress lines")
@@ -66,12 +68,18 @@ def run_verify(args: argparse.Namespace) -> int:
     dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]
     replay = None
     if args.replay is not None:
+        text = args.replay
+        if os.path.isfile(text):  # the JSON saved to a file works as well as pasted
+            with open(text) as handle:
+                text = handle.read()
         try:
-            replay = json.loads(args.replay)
+            replay = json.loads(text)
         except json.JSONDecodeError as error:
-            raise UsageError(f"--replay {args.replay!r}: not JSON ({error}).") from None
+            raise UsageError(f"--replay {args.replay[:200]!r}: not JSON ({error}); give the "
+                             "object a failure's replay command prints, or a file holding it."
+                             ) from None
         if not isinstance(replay, dict):
-            raise UsageError(f"--replay {args.replay!r}: expected a JSON object.")
+            raise UsageError(f"--replay {args.replay[:200]!r}: expected a JSON object.")
     def progress(prop: str, done: int, total: int, result: Any) -> None:
         printer(prop, done, total, result)
 
