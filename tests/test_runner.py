@@ -378,6 +378,24 @@ def test_same_seed_gives_same_examples_and_verdicts() -> None:
            [(p.verdict, p.examples, p.counterexample) for p in second.properties]
 
 
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_a_seed_picks_the_examples_also_where_ci_derandomizes(
+    ci: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CI", ci)
+
+    def drawn(seed: int | None) -> list[object]:
+        report = verify("attnspec.subjects.sdpa", only="width", seed=seed, max_examples=20,
+                        isolate=False)
+        return [report.header["derandomize"], report.result("width").drawn]
+
+    assert drawn(1) == drawn(1) and drawn(1) != drawn(2)
+    assert drawn(1)[0] is False
+    assert drawn(None)[0] is bool(ci)
+    if ci:
+        assert drawn(None) == drawn(None)  # derandomized: the same examples on every run
+
+
 def test_replay_command_reproduces_the_failure() -> None:
     width = verify(FAULTY / "raises.py", only="width", max_examples=30).result("width")
     assert width.replay is not None and width.counterexample is not None

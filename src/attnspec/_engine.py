@@ -178,9 +178,10 @@ class Session:
         self.seed = seed
         self.timeout = timeout
         self.max_seq = max_seq
+        # CI services set CI: derandomized and no database, as --profile ci. A --seed still wins.
         ci = bool(os.environ.get("CI")) or profile == "ci"
-        self.derandomize = ci if derandomize is None else derandomize
-        self.database = None if (database is False or profile == "ci") else (
+        self.derandomize = (ci and seed is None) if derandomize is None else derandomize
+        self.database = None if (database is False or ci) else (
             database if isinstance(database, str) else os.path.join(".hypothesis", "attnspec"))
         self.target = _target_name(target)
         isolate = isinstance(target, str) if isolate is None else isolate

@@ -1,7 +1,8 @@
 """Loading a TARGET as a subject (the protocol in DESIGN.md), with plain errors.
 
 A TARGET is code and runs like a pytest file: its directory goes on sys.path and it is imported.
-Nothing is unpickled; weights move only through `export_weights`.
+Weights move only through `export_weights`; no weight file is read and nothing from outside is
+unpickled (the worker pipe carries only attnspec's own examples and verdicts).
 """
 
 from __future__ import annotations
