@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import attnspec
 from attnspec._errors import TargetError
@@ -116,6 +118,21 @@ def test_misuse_exits_2() -> None:
     done = cli("verify", "attnspec.subjects.reference", "--only", "causalty")
     assert done.returncode == 2
     assert "unknown property id 'causalty'" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("options", "why"), [
+    ({"only": ""}, "--only '': names no property id"),
+    ({"skip": ",".join(attnspec.PROPERTIES)}, "leaves no property to run"),
+    ({"dtypes": ["float16"]}, "--dtype float16: no such dtype to check on cpu; attnspec's "
+                              "defaults offer cpu: float32, float64, bfloat16 (float16 is "
+                              "checked on CUDA only"),
+])
+def test_a_run_that_would_check_nothing_is_a_usage_error(options: dict[str, object],
+                                                         why: str) -> None:
+    if "dtypes" in options and torch.cuda.is_available():
+        pytest.skip("float16 is checked on this machine's CUDA device")
+    with pytest.raises(attnspec.UsageError, match=re.escape(why)):
+        attnspec.verify("attnspec.subjects.reference", isolate=False, **options)  # type: ignore[arg-type]
 
 
 def test_name_inside_a_module_is_loaded() -> None:

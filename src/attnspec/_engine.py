@@ -193,9 +193,15 @@ class Session:
         self.meta = self.executor.meta
         self.dtypes = {dev: self._dtypes_for(dev) for dev in self.devices}
         if not any(self.dtypes.values()):
-            raise UsageError(f"no dtype left to test: the subject claims "
-                             f"{self.meta['dtypes']}, and --dtype asked for "
-                             f"{self.requested_dtypes}.")
+            requested, self.requested_dtypes = self.requested_dtypes, None
+            offered = "; ".join(f"{dev}: {', '.join(self._dtypes_for(dev)) or 'none'}"
+                                for dev in self.devices)
+            whose = "the subject's DTYPES" if self.meta["dtypes"] else "attnspec's defaults"
+            self.close()
+            half = (" (float16 is checked on CUDA only, unless the subject's DTYPES name it)"
+                    if "float16" in (requested or ()) else "")
+            raise UsageError(f"--dtype {','.join(requested or ())}: no such dtype to check on "
+                             f"{', '.join(self.devices)}; {whose} offer {offered}{half}.")
 
     def _dtypes_for(self, device: str) -> list[str]:
         claimed = self.meta["dtypes"] or list(default_dtypes(device))

@@ -86,6 +86,9 @@ def run_verify(args: argparse.Namespace) -> int:
     from ._engine import _progress_printer
 
     printer = (lambda *a: None) if args.no_progress else _progress_printer(sys.stderr)
+    if args.max_seq == 1:
+        print("attnspec verify: note: --max-seq 1 draws only T = 1, where causality, prefix "
+              "and grad_causality have no later position to check.", file=sys.stderr)
     try:
         report = verify(
             args.target, only=args.only, skip=args.skip, device=args.device,
