@@ -160,15 +160,19 @@ def test_hang_is_a_timeout_verdict_and_the_rest_still_runs(tmp_path: Path) -> No
     assert json.loads(report_path.read_text())["properties"][0]["verdict"] == "timeout"
 
 
-@pytest.mark.parametrize(("name", "signal_name"), [("aborts.py", "SIGABRT"),
-                                                   ("segfaults.py", "SIGSEGV")])
-def test_crash_is_a_verdict_and_the_rest_still_runs(name: str, signal_name: str,
-                                                    tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "signal_name", "edge"), [("aborts.py", "SIGABRT", ("T", 4)),
+                                                           ("segfaults.py", "SIGSEGV", ("B", 2))])
+def test_crash_is_a_verdict_shrunk_to_the_edge_and_the_rest_still_runs(
+    name: str, signal_name: str, edge: tuple[str, int], tmp_path: Path,
+) -> None:
     report_path = tmp_path / "report.json"
     report = verify(FAULTY / name, only="width,divisibility,determinism", report=report_path)
     width, divisibility, determinism = report.properties
     assert width.verdict == "crash", width
     assert f"killed its process (killed by {signal_name})" in width.message
+    assert width.counterexample is not None
+    axis, first_crashing = edge  # aborts for T > 3, segfaults for B > 1
+    assert width.counterexample[axis] == first_crashing, width.counterexample
     assert divisibility.verdict == "pass"
     assert determinism.verdict == "crash"
     saved = json.loads(report_path.read_text())

@@ -126,6 +126,8 @@ class _State:
     failures: list[tuple[Example, dict[str, Any]]] = field(default_factory=list)
     last: tuple[Example, dict[str, Any]] | None = None
     crash: tuple[Example, SubjectCrash] | None = None
+    crashes: int = 0
+    timed_out: bool = False
     first_failure_at: float | None = None
     failed_after: int = 0
     skip: str | None = None
@@ -363,7 +365,10 @@ class Session:
         try:
             outcome = self.executor.check(prop, ex)
         except SubjectCrash as crash:
-            state.crash = (ex, crash)
+            state.crashes += 1
+            state.timed_out |= crash.kind == "timeout"
+            if state.crash is None or _size(ex) < _size(state.crash[0]):
+                state.crash = (ex, crash)  # the smallest crash seen is the one reported
             state.drawn.add(prop, ex)
             return None
         state.forwards += int(outcome.get("forwards", 0))
@@ -406,17 +411,21 @@ class Session:
                     state.examples - state.failed_after >= _SHRINK_EXAMPLES
                     or time.perf_counter() - state.first_failure_at > _SHRINK_SECONDS):
                 raise _Abort  # shrinking budget spent: report the smallest failure seen
+            crashes = state.crashes
             outcome = self._one(prop, ex, state)
             if progress is not None and state.first_failure_at is None:
                 progress(prop, min(state.examples, total), total, None)
-            if state.crash is not None:
-                raise _Abort
-            if outcome is not None:
+            crashed = state.crashes > crashes
+            if state.timed_out:
+                raise _Abort  # each smaller try could cost a whole --timeout: not shrunk
+            if outcome is not None or crashed:
                 if state.first_failure_at is None:
                     state.first_failure_at = time.perf_counter()
                     state.failed_after = state.examples
-                state.last = (ex, outcome)
-                raise _PropertyFailed(outcome.get("message", ""))
+                if outcome is not None:
+                    state.last = (ex, outcome)
+                # A crash shrinks too, within the same budget (each costs a worker restart).
+                raise _PropertyFailed(outcome.get("message", "") if outcome else "crash")
 
         # Hypothesis refuses a database with derandomize (CI): the run is its own replay there.
         db = DirectoryBasedExampleDatabase(self.database) if (
