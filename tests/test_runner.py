@@ -219,6 +219,14 @@ def test_export_returning_none_says_so() -> None:
     assert oracle.message.startswith("export_weights returned NoneType, not a mapping of ")
 
 
+def test_a_subjects_prints_go_to_stderr_and_leave_the_verdict_table_alone() -> None:
+    done = cli("verify", "tests/faulty/chatty.py", "--only", "width", "--max-examples", "3",
+               "--no-database", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert "chatty:" not in done.stdout and "width" in done.stdout
+    assert "chatty: forward on" in done.stderr and "chatty: straight to fd 1" in done.stderr
+
+
 def test_tuple_output_gets_a_hint() -> None:
     width = verify(FAULTY / "returns_tuple.py", only="width").result("width")
     assert width.verdict == "error"

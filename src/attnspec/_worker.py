@@ -9,6 +9,7 @@ the child if needed, and starts a fresh one for the next call.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ def _describe_subject(target: str) -> dict[str, Any]:
 def _serve(conn: Connection, target: str) -> None:
     """The worker's main loop: load the subject, then answer check requests until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
+    os.dup2(2, 1)  # the subject's prints go to stderr: stdout is the verdict table's
     _properties.SUBJECT_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
     try:
         _answer(conn, target)
