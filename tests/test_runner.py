@@ -338,13 +338,16 @@ def test_ctrl_c_writes_a_partial_report(tmp_path: Path) -> None:
     deadline = time.monotonic() + 120
     while not path.exists() and time.monotonic() < deadline:  # the first property has finished
         time.sleep(0.2)
+    time.sleep(1.0)  # into the second property's examples
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=60)
+    stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     saved = json.loads(path.read_text())
     assert saved["partial"] is True and saved["status"] == "interrupted"
     verdicts = [p["verdict"] for p in saved["properties"]]
-    assert verdicts[0] == "pass" and "not_run" in verdicts
+    assert verdicts[:2] == ["pass", "interrupted"] and "not_run" in verdicts
+    assert saved["properties"][1]["examples"] > 0  # what it had run is kept
+    assert "interrupted: Ctrl-C after" in stdout  # the verdict table so far is printed
     assert f"interrupted; the report so far is in {path}, marked interrupted" in stderr
     assert "Traceback" not in stderr
 

@@ -453,6 +453,17 @@ class Session:
             pass
         except (FlakyFailure, FlakyStrategyDefinition) as error:
             state.notes.add(f"flaky: {type(error).__name__}")
+        except KeyboardInterrupt as interrupt:  # keep what this property found so far
+            partial = self._result(prop, state, time.perf_counter() - start)
+            if partial.verdict == "pass":
+                partial.verdict = "interrupted"
+                partial.message = (f"Ctrl-C after {partial.examples} examples, before a "
+                                   "verdict")
+            else:
+                partial.notes.append("interrupted while shrinking: a smaller counterexample "
+                                     "may exist")
+            interrupt.partial_result = partial  # type: ignore[attr-defined]
+            raise
         result = self._result(prop, state, time.perf_counter() - start)
         if progress is not None:
             progress(prop, result.examples, total, result)
@@ -540,7 +551,9 @@ def verify(
             on_start(result)
         try:
             quick = replay is None and session.max_examples > 2 * _QUICK_EXAMPLES
+            current = 0
             for i, prop in enumerate(props if quick else ()):
+                current = i
                 found = session.run(prop, None, max_examples=_QUICK_EXAMPLES, stream="quick")
                 if not found.ok:  # final: the full pass would only find it again
                     result.properties[i] = found
@@ -554,13 +567,17 @@ def verify(
                     break
                 if result.properties[i].verdict != "not_run":
                     continue
+                current = i
                 if example is not None:
                     result.properties[i] = session.replay(prop, example)
                 else:
                     result.properties[i] = session.run(prop, show)
                 _save(result, report)
             result.partial = any(p.verdict == "not_run" for p in result.properties)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
+            partial = getattr(interrupt, "partial_result", None)
+            if isinstance(partial, PropertyResult):
+                result.properties[current] = partial
             result.interrupted = True
             raise
         finally:

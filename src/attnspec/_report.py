@@ -17,7 +17,8 @@ SCHEMA = 1
 
 @dataclass
 class PropertyResult:
-    """One property's verdict: pass, fail, error (the subject raised), crash, timeout, skip."""
+    """One property's verdict: pass, fail, error (the subject raised), crash, timeout, skip;
+    not_run, or interrupted (Ctrl-C came before a verdict; `examples` says how far it got)."""
 
     id: str
     verdict: str = "not_run"

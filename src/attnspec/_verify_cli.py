@@ -89,6 +89,12 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.max_seq == 1:
         print("attnspec verify: note: --max-seq 1 draws only T = 1, where causality, prefix "
               "and grad_causality have no later position to check.", file=sys.stderr)
+    started: list[Any] = []
+
+    def on_start(report: Any) -> None:
+        started.append(report)  # the same object fills in as properties finish
+        print(_header(report.header, args.target), flush=True)
+
     try:
         report = verify(
             args.target, only=args.only, skip=args.skip, device=args.device,
@@ -96,7 +102,7 @@ def run_verify(args: argparse.Namespace) -> int:
             seed=args.seed, timeout=args.timeout, max_seq=args.max_seq, report=args.report,
             progress=progress,
             exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
-            on_start=lambda started: print(_header(started.header, args.target), flush=True),
+            on_start=on_start,
         )
     except TargetError as error:
         print(f"attnspec verify: {error}", file=sys.stderr)
@@ -108,6 +114,8 @@ def run_verify(args: argparse.Namespace) -> int:
                       file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        if started:
+            print("\n" + started[0].summary(), flush=True)
         kept = (f"; the report so far is in {args.report}, marked interrupted" if args.report
                 else "")
         print(f"\nattnspec verify: interrupted{kept}.", file=sys.stderr)
