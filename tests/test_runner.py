@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import attnspec
+from attnspec._engine import select_properties
 from attnspec._errors import TargetError
 from attnspec._subject import load_subject
 
@@ -113,6 +114,19 @@ def test_subject_that_kills_its_process_while_loading_exits_2() -> None:
     assert "killed its process while loading (killed by SIGABRT)" in done.stderr
 
 
+def test_an_empty_skip_skips_nothing_and_an_infinite_timeout_is_refused() -> None:
+    assert len(select_properties(skip=[])) == len(attnspec.PROPERTIES)
+    with pytest.raises(attnspec.UsageError, match="--timeout inf: must be a finite number"):
+        attnspec.verify("attnspec.subjects.reference", timeout=float("inf"))
+
+
+def test_the_api_writes_the_report_for_a_target_that_does_not_load(tmp_path: Path) -> None:
+    with pytest.raises(TargetError, match="has no build"):
+        attnspec.verify(str(TARGETS / "no_build.py"), report=tmp_path / "r.json")
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["status"] == "error" and "has no build" in saved["error"]
+
+
 def test_misuse_exits_2() -> None:
     assert cli("verify").returncode == 2
     done = cli("verify", "attnspec.subjects.reference", "--only", "causalty")
@@ -178,6 +192,20 @@ def test_crash_is_a_verdict_shrunk_to_the_edge_and_the_rest_still_runs(
     saved = json.loads(report_path.read_text())
     assert [p["verdict"] for p in saved["properties"]] == ["crash", "pass", "crash"]
     assert saved["status"] == "fail" and saved["partial"] is False
+
+
+def test_a_subject_that_fails_to_load_on_restart_keeps_the_verdicts_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ATTNSPEC_TEST_LOADED", str(tmp_path / "loaded"))
+    report = verify(FAULTY / "loads_once.py", only="width,dtype", report=tmp_path / "r.json")
+    width, dtype = report.properties
+    assert width.verdict == "crash" and "killed its process" in width.message
+    assert dtype.verdict == "crash" and "could not be restarted" in dtype.message
+    assert "ImportError: kernel cache corrupt" in dtype.message
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["status"] == "fail"
+    assert [p["message"] for p in saved["properties"]] == [width.message, dtype.message]
 
 
 def test_forward_raising_is_an_error_with_the_subjects_text_shrunk_to_the_edge() -> None:
@@ -440,7 +468,11 @@ def test_replay_command_reproduces_the_failure() -> None:
 
 @pytest.mark.parametrize(("replay", "why"), [
     ({}, "missing B, T, C, H"),
-    ({"B": "x", "T": 2, "C": 4, "H": 2}, "B must be a whole number >= 0, got 'x'"),
+    ({"B": "x", "T": 2, "C": 4, "H": 2}, "B must be a whole number, got 'x'"),
+    ({"B": 1, "T": 2, "C": 4, "H": 2, "seed": 2**70}, "seed must be in 0..2147483647"),
+    ({"B": 1, "T": 2, "C": 4, "H": 2, "cuts": [5, -3]}, "cuts must lie in 0..T-1 = 0..1"),
+    ({"B": 1, "T": 2, "C": 4, "H": 2, "device": []}, "device must be a string, got []"),
+    ({"B": 1, "T": 2, "C": 4, "H": 2, "scale": float("inf")}, "scale must be a finite number"),
     ({"B": 1, "T": 2, "C": 4, "H": 2, "sed": 1}, "unknown field 'sed'"),
     ({"B": 1, "T": 2, "C": 4, "H": 2, "cuts": "ab"}, "cuts must be a list of whole numbers"),
     ({"B": 0, "T": 0, "C": 4, "H": 2}, "B, T, C and H must all be >= 1"),
@@ -450,9 +482,17 @@ def test_replay_command_reproduces_the_failure() -> None:
 ])
 def test_a_replay_that_is_not_an_example_is_a_usage_error(replay: dict[str, object],
                                                            why: str) -> None:
-    with pytest.raises(attnspec.UsageError, match="^--replay .*: " + why):
+    with pytest.raises(attnspec.UsageError, match="^--replay .*: " + re.escape(why)):
         attnspec.verify("attnspec.subjects.reference", only="width", replay=replay,
                         isolate=False)
+
+
+def test_replay_accepts_what_the_engine_prints_for_divisibility() -> None:
+    # invalid_configs draws C or H below 1 too; such a counterexample must replay as printed.
+    report = attnspec.verify("tests/faulty/misbehaves.py:exits", only="divisibility",
+                             replay={"B": 1, "T": 1, "C": 1, "H": -1, "cuts": (), "seed": 0},
+                             isolate=False)
+    assert report.result("divisibility").examples == 1
 
 
 def test_replay_reads_a_file_and_refuses_text_that_is_not_json(tmp_path: Path) -> None:
@@ -499,11 +539,14 @@ def test_time_spent_waiting_for_a_cpu_does_not_count_towards_the_timeout(
     assert time.monotonic() - start < 1.5
 
 
-def test_worker_whose_parent_is_gone_exits_quietly(capfd: pytest.CaptureFixture[str]) -> None:
+def test_worker_whose_parent_is_gone_exits_quietly(capfd: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import multiprocessing
 
-    from attnspec import _worker
+    from attnspec import _properties, _worker
 
+    # _serve widens what counts as the subject's error, for its own process: undo it after.
+    monkeypatch.setattr(_properties, "SUBJECT_ERRORS", _properties.SUBJECT_ERRORS)
     parent, child = multiprocessing.Pipe()
     parent.close()  # the runner was killed: its end of the pipe is gone
     _worker._serve(child, "attnspec.subjects.reference")

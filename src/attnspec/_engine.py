@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ._errors import UsageError
+from ._errors import TargetError, UsageError
 from ._properties import PROPERTY_IDS, Example
 from ._report import PropertyResult, Report, check_report_path
 from ._subject import clip, default_dtypes
@@ -41,6 +41,9 @@ _USES_CUTS = ("causality", "prefix", "grad_causality")
 # after _SHRINK_SECONDS on a very slow subject; the smallest failure seen is reported.
 _SHRINK_EXAMPLES = 64
 _SHRINK_SECONDS = 20.0
+# Shrinking crashes restarts the worker each try: one run spends at most this much on it, so a
+# subject that crashes in every property is not shrunk in every one.
+_CRASH_SHRINK_SECONDS = 30.0
 # A first pass over every property with this many examples: most broken subjects fail it, so a
 # verdict comes in seconds instead of after the properties before the failing one.
 _QUICK_EXAMPLES = 5
@@ -68,7 +71,7 @@ def _split_ids(values: Iterable[str] | str | None, option: str) -> list[str] | N
     if isinstance(values, str):
         values = [values]
     ids = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    if not ids:
+    if not ids and option == "--only":
         raise UsageError(f"{option} {','.join(values)!r}: names no property id; the ids are "
                          f"{', '.join(PROPERTIES)}.")
     unknown = [i for i in ids if i not in PROPERTIES]
@@ -127,7 +130,7 @@ class _State:
     last: tuple[Example, dict[str, Any]] | None = None
     crash: tuple[Example, SubjectCrash] | None = None
     crashes: int = 0
-    timed_out: bool = False
+    stop_shrinking: bool = False
     first_failure_at: float | None = None
     failed_after: int = 0
     skip: str | None = None
@@ -140,8 +143,8 @@ def check_limits(*, max_examples: int | None = None, timeout: float = 30.0,
     """Raise UsageError, naming the option and its value, for a limit no run could honour."""
     if max_examples is not None and max_examples < 1:
         raise UsageError(f"--max-examples {max_examples}: must be >= 1.")
-    if not timeout > 0:
-        raise UsageError(f"--timeout {timeout:g}: must be > 0 seconds.")
+    if not 0 < timeout < float("inf"):
+        raise UsageError(f"--timeout {timeout:g}: must be a finite number of seconds > 0.")
     if not 1 <= max_seq <= MAX_SEQ_LIMIT:
         raise UsageError(
             f"--max-seq {max_seq}: must be between 1 and {MAX_SEQ_LIMIT} (the longest T "
@@ -180,6 +183,7 @@ class Session:
         self.seed = seed
         self.timeout = timeout
         self.max_seq = max_seq
+        self._crash_shrink_left = _CRASH_SHRINK_SECONDS
         # CI services set CI: derandomized and no database, as --profile ci. A --seed still wins.
         ci = bool(os.environ.get("CI")) or profile == "ci"
         self.derandomize = (ci and seed is None) if derandomize is None else derandomize
@@ -311,10 +315,13 @@ class Session:
             shown = json.dumps(data, separators=(",", ":"), default=repr)
             return UsageError(f"--replay {clip(shown, 200)}: {why}.")
 
+        def whole(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
         if not isinstance(data, Mapping):
             raise bad("expected a JSON object such as a failure's replay command prints")
         fields = list(Example.__dataclass_fields__)
-        unknown = sorted(set(data) - set(fields))
+        unknown = sorted(map(str, set(data) - set(fields)))
         if unknown:
             raise bad(f"unknown field {', '.join(map(repr, unknown))}; the fields are "
                       f"{', '.join(fields)}")
@@ -322,22 +329,29 @@ class Session:
         if missing:
             raise bad(f"missing {', '.join(missing)}")
         for key in ("B", "T", "C", "H", "seed"):
-            value = data.get(key, 0)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise bad(f"{key} must be a whole number >= 0, got {value!r}")
-        ex = Example.from_json(data) if isinstance(data.get("cuts", []), list) else None
-        if ex is None or not all(isinstance(t, int) and not isinstance(t, bool)
-                                 for t in ex.cuts):
-            raise bad(f"cuts must be a list of whole numbers, got {data.get('cuts')!r}")
-        if not isinstance(ex.scale, int | float) or isinstance(ex.scale, bool) \
-                or not ex.scale > 0:
-            raise bad(f"scale must be a number > 0, got {ex.scale!r}")
-        if prop == "divisibility":
+            if not whole(data.get(key, 0)):
+                raise bad(f"{key} must be a whole number, got {data[key]!r}")
+        if not 0 <= data.get("seed", 0) < 2**31:
+            raise bad(f"seed must be in 0..{2**31 - 1}, as drawn, got {data['seed']}")
+        cuts = data.get("cuts", [])
+        if not isinstance(cuts, list | tuple) or not all(whole(t) for t in cuts):
+            raise bad(f"cuts must be a list of whole numbers, got {cuts!r}")
+        scale = data.get("scale", 1.0)
+        if not isinstance(scale, int | float) or isinstance(scale, bool) \
+                or not 0 < scale < float("inf"):
+            raise bad(f"scale must be a finite number > 0, got {scale!r}")
+        for key in ("dtype", "device"):
+            if not isinstance(data.get(key, ""), str):
+                raise bad(f"{key} must be a string, got {data[key]!r}")
+        ex = Example.from_json(data)
+        if prop == "divisibility":  # only build(C, H) runs, on a configuration it must refuse
             return ex
         if min(ex.B, ex.T, ex.C, ex.H) < 1:
             raise bad("B, T, C and H must all be >= 1 for this property")
         if ex.T > MAX_SEQ_LIMIT:
             raise bad(f"T must be at most {MAX_SEQ_LIMIT}")
+        if not all(0 <= t < ex.T for t in ex.cuts):
+            raise bad(f"cuts must lie in 0..T-1 = 0..{ex.T - 1}, got {list(ex.cuts)}")
         if ex.C % ex.H:
             raise bad(f"C={ex.C} is not divisible by H={ex.H}; only divisibility draws such "
                       "configurations")
@@ -366,8 +380,10 @@ class Session:
             outcome = self.executor.check(prop, ex)
         except SubjectCrash as crash:
             state.crashes += 1
-            state.timed_out |= crash.kind == "timeout"
-            if state.crash is None or _size(ex) < _size(state.crash[0]):
+            # Smaller tries after a timeout could each cost a whole --timeout; after a failed
+            # restart they cannot run at all.
+            state.stop_shrinking |= crash.kind == "timeout" or not crash.ran
+            if state.crash is None or (crash.ran and _size(ex) < _size(state.crash[0])):
                 state.crash = (ex, crash)  # the smallest crash seen is the one reported
             state.drawn.add(prop, ex)
             return None
@@ -407,17 +423,19 @@ class Session:
 
         def test(data: Any) -> None:
             ex = self._draw(data, prop)
-            if state.first_failure_at is not None and (
-                    state.examples - state.failed_after >= _SHRINK_EXAMPLES
-                    or time.perf_counter() - state.first_failure_at > _SHRINK_SECONDS):
-                raise _Abort  # shrinking budget spent: report the smallest failure seen
+            if state.first_failure_at is not None:
+                seconds = _SHRINK_SECONDS if state.crash is None else min(
+                    _SHRINK_SECONDS, self._crash_shrink_left)
+                if (state.examples - state.failed_after >= _SHRINK_EXAMPLES
+                        or time.perf_counter() - state.first_failure_at > seconds):
+                    raise _Abort  # shrinking budget spent: report the smallest failure seen
             crashes = state.crashes
             outcome = self._one(prop, ex, state)
             if progress is not None and state.first_failure_at is None:
                 progress(prop, min(state.examples, total), total, None)
             crashed = state.crashes > crashes
-            if state.timed_out:
-                raise _Abort  # each smaller try could cost a whole --timeout: not shrunk
+            if state.stop_shrinking:
+                raise _Abort
             if outcome is not None or crashed:
                 if state.first_failure_at is None:
                     state.first_failure_at = time.perf_counter()
@@ -464,6 +482,11 @@ class Session:
                                      "may exist")
             interrupt.partial_result = partial  # type: ignore[attr-defined]
             raise
+        if state.crash is not None and state.first_failure_at is not None:
+            if self._crash_shrink_left <= 0:
+                state.notes.add(f"crash not shrunk: this run's {_CRASH_SHRINK_SECONDS:g} s "
+                                "for shrinking crashes were spent on earlier properties")
+            self._crash_shrink_left -= time.perf_counter() - state.first_failure_at
         result = self._result(prop, state, time.perf_counter() - start)
         if progress is not None:
             progress(prop, result.examples, total, result)
@@ -543,6 +566,10 @@ def verify(
         result.interrupted = True
         _save(result, report)
         raise
+    except TargetError as error:  # the report says why nothing ran
+        result.error, result.partial = str(error), False
+        _save(result, report)
+        raise
     with session:
         result.header = session.header()
         example = replay if isinstance(replay, Example) or replay is None else \
@@ -596,5 +623,5 @@ def _save(result: Report, path: str | os.PathLike[str] | None) -> None:
     try:
         result.write(path)
         result.write_error = None
-    except (OSError, UsageError) as error:
+    except (OSError, ValueError, UsageError) as error:
         result.write_error = f"{os.fspath(path)!r}: {error}"

@@ -79,9 +79,10 @@ class Report:
         status = ("error" if self.error is not None else "interrupted" if self.interrupted
                   else "partial" if self.partial else "pass" if self.ok else "fail")
         extra = {"error": self.error} if self.error is not None else {}
-        return {"schema": SCHEMA, "target": self.target, "status": status,
-                "partial": self.partial, **extra, **self.header,
-                "properties": [_finite(asdict(p)) for p in self.properties]}
+        data: dict[str, Any] = _finite({
+            "schema": SCHEMA, "target": self.target, "status": status, "partial": self.partial,
+            **extra, **self.header, "properties": [asdict(p) for p in self.properties]})
+        return data
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the JSON report atomically: a temporary file beside it, then a rename."""

@@ -87,8 +87,9 @@ def _is_path(spec: str) -> bool:
     """A file path, not a dotted module; a folder named like a package imports as the package."""
     if spec.endswith(".py") or os.sep in spec or (os.altsep and os.altsep in spec):
         return True
-    if os.path.isdir(spec):
-        return not all(part.isidentifier() for part in spec.split("."))
+    if os.path.isdir(spec):  # a package has __init__.py; a namespace package has no build
+        package = os.path.isfile(os.path.join(spec, "__init__.py"))
+        return not (package and all(part.isidentifier() for part in spec.split(".")))
     return os.path.exists(spec)
 
 

@@ -105,13 +105,7 @@ def run_verify(args: argparse.Namespace) -> int:
             on_start=on_start,
         )
     except TargetError as error:
-        print(f"attnspec verify: {error}", file=sys.stderr)
-        if args.report:
-            try:
-                _write_target_error(args.report, args.target, str(error))
-            except (OSError, UsageError) as unwritten:
-                print(f"attnspec verify: the JSON report could not be written: {unwritten}",
-                      file=sys.stderr)
+        print(f"attnspec verify: {error}", file=sys.stderr)  # verify() wrote the report
         return EXIT_USAGE
     except KeyboardInterrupt:
         if started:
@@ -128,10 +122,3 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.report:
         print(f"\nreport: {args.report}")
     return EXIT_OK if report.ok else EXIT_FAILED
-
-
-def _write_target_error(path: str, target: str, message: str) -> None:
-    from ._report import Report
-
-    report = Report(target=target, header={}, partial=False, error=message)
-    report.write(path)

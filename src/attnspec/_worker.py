@@ -35,9 +35,10 @@ def grid() -> list[tuple[int, int]]:
 class SubjectCrash(Exception):
     """The worker died or hung on an example; `kind` is `crash` or `timeout`."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, *, ran: bool = True) -> None:
         super().__init__(message)
         self.kind = kind
+        self.ran = ran  # False: no worker could be started, so the example never ran
 
 
 def _describe_subject(target: str) -> dict[str, Any]:
@@ -158,6 +159,7 @@ class Worker:
         self._conn: Connection | None = None
         self.meta: dict[str, Any] = {}
         self.restarts = -1
+        self._restart_error: str | None = None
         self._start()
 
     def _start(self) -> None:
@@ -203,7 +205,14 @@ class Worker:
     def check(self, prop: str, example: Example) -> Outcome:
         if self._process is None or not self._process.is_alive():
             self._kill()
-            self._start()
+            if self._restart_error is not None:
+                raise SubjectCrash("crash", self._restart_error, ran=False)
+            try:
+                self._start()
+            except TargetError as error:  # verdicts so far stand; the rest say why they stop
+                self._restart_error = (f"the worker could not be restarted on "
+                                       f"{example.describe()}: {error}")
+                raise SubjectCrash("crash", self._restart_error, ran=False) from None
         assert self._conn is not None
         self._conn.send(("check", prop, example.to_json()))
         if not _wait(self._conn, self._process.pid, self.timeout):
