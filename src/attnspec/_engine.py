@@ -31,9 +31,10 @@ PROPERTIES: tuple[str, ...] = PROPERTY_IDS
 """The property ids, in the order they run (DESIGN.md's table, then device_agreement)."""
 
 PROFILES: dict[str, int] = {"smoke": 10, "default": 50, "thorough": 400, "ci": 50}
+"""Examples per property for each tier; `ci` is `default`, derandomized, without a database."""
+
 # B <= 4 and H <= 8 are drawn, so the (B, H, T, T) scores reach 4 * 8 * T * T elements.
 MAX_SEQ_LIMIT = 4096
-"""Examples per property for each tier; `ci` is `default`, derandomized, without a database."""
 
 _NEEDS_EXPORT = ("oracle", "oracle_grad")
 _USES_CUTS = ("causality", "prefix", "grad_causality")
