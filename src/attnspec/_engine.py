@@ -143,7 +143,8 @@ def check_limits(*, max_examples: int | None = None, timeout: float = 30.0,
                  max_seq: int = 64) -> None:
     """Raise UsageError, naming the option and its value, for a limit no run could honour."""
     if max_examples is not None and max_examples < 1:
-        raise UsageError(f"--max-examples {max_examples}: must be >= 1.")
+        raise UsageError(f"--max-examples {max_examples}: must be >= 1 (examples per "
+                         "property).")
     if not 0 < timeout < float("inf"):
         raise UsageError(f"--timeout {timeout:g}: must be a finite number of seconds > 0.")
     if not 1 <= max_seq <= MAX_SEQ_LIMIT:
@@ -200,22 +201,23 @@ class Session:
         self.meta = self.executor.meta
         self.dtypes = {dev: self._dtypes_for(dev) for dev in self.devices}
         if not any(self.dtypes.values()):
-            requested, self.requested_dtypes = self.requested_dtypes, None
-            offered = "; ".join(f"{dev}: {', '.join(self._dtypes_for(dev)) or 'none'}"
+            requested = self.requested_dtypes or []
+            offered = "; ".join(f"{dev}: {', '.join(self._claimed(dev)) or 'none'}"
                                 for dev in self.devices)
             whose = "the subject's DTYPES" if self.meta["dtypes"] else "attnspec's defaults"
             self.close()
             half = (" (float16 is checked on CUDA only, unless the subject's DTYPES name it)"
-                    if "float16" in (requested or ()) else "")
-            raise UsageError(f"--dtype {','.join(requested or ())}: no such dtype to check on "
+                    if "float16" in requested else "")
+            raise UsageError(f"--dtype {','.join(requested)}: no such dtype to check on "
                              f"{', '.join(self.devices)}; {whose} offer {offered}{half}.")
 
+    def _claimed(self, device: str) -> list[str]:
+        """The subject's DTYPES, or attnspec's defaults for the device."""
+        return list(self.meta["dtypes"] or default_dtypes(device))
+
     def _dtypes_for(self, device: str) -> list[str]:
-        claimed = self.meta["dtypes"] or list(default_dtypes(device))
-        if device == "cpu":
-            claimed = [d for d in claimed if d != "float16"] if self.meta["dtypes"] is None \
-                else claimed
-        return [d for d in claimed if self.requested_dtypes is None or d in self.requested_dtypes]
+        return [d for d in self._claimed(device)
+                if self.requested_dtypes is None or d in self.requested_dtypes]
 
     def __enter__(self) -> Session:
         return self

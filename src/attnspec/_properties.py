@@ -8,6 +8,7 @@ unusable) with a message, the measured and allowed error and where the worst ele
 from __future__ import annotations
 
 import math
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -29,9 +30,13 @@ PROPERTY_IDS: tuple[str, ...] = (
 
 Outcome = dict[str, Any]
 
-# What the subject's own code may raise and be blamed for: sys.exit() in a kernel is its fault.
-# The worker adds KeyboardInterrupt, since it ignores SIGINT: one there is the subject's own.
-SUBJECT_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit)
+
+def _subject_errors() -> tuple[type[BaseException], ...]:
+    """What the subject's own code may raise and be blamed for: sys.exit() in a kernel is its
+    fault. Where SIGINT is ignored (the worker), a KeyboardInterrupt is the subject's own too."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return (Exception, SystemExit, KeyboardInterrupt)
+    return (Exception, SystemExit)
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,7 @@ def _build(subject: Subject, ex: Example) -> torch.nn.Module:
         torch.manual_seed(ex.seed)  # the same example builds the same weights on replay
         try:
             module = subject.build(ex.C, ex.H)
-        except SUBJECT_ERRORS as error:
+        except _subject_errors() as error:
             raise SubjectFault(f"build({ex.C}, {ex.H}) raised for a valid configuration: "
                                f"{fault_text(error)}") from error
     if not isinstance(module, torch.nn.Module):
@@ -101,7 +106,7 @@ def _build(subject: Subject, ex: Example) -> torch.nn.Module:
     try:
         module.eval()
         module.to(device=ex.device, dtype=dtype_from_name(ex.dtype))
-    except SUBJECT_ERRORS as error:
+    except _subject_errors() as error:
         raise SubjectFault(f".eval().to({ex.device}, {ex.dtype}) raised: "
                            f"{fault_text(error)}") from error
     return module
@@ -113,7 +118,7 @@ def _forward(module: torch.nn.Module, x: Tensor, run: _Run, *, grad: bool = Fals
     try:
         with torch.set_grad_enabled(grad):
             out = module(x)
-    except SUBJECT_ERRORS as error:
+    except _subject_errors() as error:
         raise SubjectFault(f"forward raised on input of shape {tuple(x.shape)}: "
                            f"{fault_text(error)}") from error
     if not isinstance(out, Tensor):
@@ -181,7 +186,7 @@ def check_divisibility(subject: Subject, ex: Example, run: _Run) -> Outcome:
     with torch.random.fork_rng(devices=[]):
         try:
             built = subject.build(ex.C, ex.H)
-        except SUBJECT_ERRORS:
+        except _subject_errors():
             return {"kind": "pass"}  # any exception: it refused the configuration
     why = (f"{ex.C} is not divisible by {ex.H}" if ex.C >= 1 and ex.H >= 1
            else "n_embd and n_head must both be >= 1")
@@ -320,7 +325,7 @@ def _exported(subject: Subject, module: torch.nn.Module, ex: Example) -> dict[st
     assert subject.export_weights is not None
     try:
         exported = subject.export_weights(module)
-    except SUBJECT_ERRORS as error:
+    except _subject_errors() as error:
         raise SubjectFault(f"export_weights raised: {fault_text(error)}") from error
     if not isinstance(exported, Mapping):
         raise SubjectFault(f"export_weights returned {type(exported).__name__}, not a mapping "
@@ -384,7 +389,7 @@ def check_oracle_grad(subject: Subject, ex: Example, run: _Run) -> Outcome:
     out = _forward(module, x, run, grad=True)
     try:
         got = torch.autograd.grad(out, [x, *params], cotangent, allow_unused=True)
-    except SUBJECT_ERRORS as error:
+    except _subject_errors() as error:
         raise SubjectFault(f"backward raised: {fault_text(error)}") from error
     gx = got[0]
     if gx is None:
@@ -447,7 +452,7 @@ def check_grad_causality(subject: Subject, ex: Example, run: _Run) -> Outcome:
     out = _forward(module, stacked, run, grad=True)
     try:
         (grad,) = torch.autograd.grad(out, [stacked], cotangent)
-    except SUBJECT_ERRORS as error:
+    except _subject_errors() as error:
         raise SubjectFault(f"backward raised: {fault_text(error)}") from error
     for i, t in enumerate(cuts):
         future = grad[i * ex.B:(i + 1) * ex.B, t + 1:]

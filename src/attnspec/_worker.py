@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from . import _properties
 from ._errors import TargetError
 from ._properties import Example, Outcome, run_check
 from ._subject import fault_text
@@ -64,9 +63,8 @@ def _describe_subject(target: str) -> dict[str, Any]:
 
 def _serve(conn: Connection, target: str) -> None:
     """The worker's main loop: load the subject, then answer check requests until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, not a subject
     os.dup2(2, 1)  # the subject's prints go to stderr: stdout is the verdict table's
-    _properties.SUBJECT_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
     try:
         _answer(conn, target)
     except (BrokenPipeError, ConnectionResetError, EOFError):

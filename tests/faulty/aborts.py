@@ -2,20 +2,13 @@
 
 import os
 
-from _base import reference_build
-from torch import Tensor, nn
+from _base import build_before
+from torch import Tensor
 
 
-class Aborts(nn.Module):
-    def __init__(self, n_embd: int, n_head: int) -> None:
-        super().__init__()
-        self.inner = reference_build(n_embd, n_head)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if x.size(1) > 3:
-            os.abort()
-        return self.inner(x)
+def _abort(x: Tensor) -> None:
+    if x.size(1) > 3:
+        os.abort()
 
 
-def build(n_embd: int, n_head: int) -> nn.Module:
-    return Aborts(n_embd, n_head)
+build = build_before(_abort)

@@ -2,23 +2,16 @@
 
 import time
 
-from _base import export_weights, reference_build
-from torch import Tensor, nn
+from _base import build_before, export_weights
+from torch import Tensor
 
 __all__ = ["build", "export_weights"]
 
 
-class Hangs(nn.Module):
-    def __init__(self, n_embd: int, n_head: int) -> None:
-        super().__init__()
-        self.inner = reference_build(n_embd, n_head)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if x.size(1) > 2:
-            while True:
-                time.sleep(0.05)
-        return self.inner(x)
+def _hang(x: Tensor) -> None:
+    if x.size(1) > 2:
+        while True:
+            time.sleep(0.05)
 
 
-def build(n_embd: int, n_head: int) -> nn.Module:
-    return Hangs(n_embd, n_head)
+build = build_before(_hang)

@@ -8,7 +8,7 @@ two-million-character message; `:exports_none` has export_weights return None.
 import sys
 from types import SimpleNamespace
 
-from _base import export_weights, reference_build
+from _base import build_before, export_weights, reference_build
 from torch import Tensor, nn
 
 
@@ -27,23 +27,12 @@ def _fault(name: str) -> None:
     raise ValueError("x" * 2_000_000)
 
 
-class Misbehaves(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, fault: str) -> None:
-        super().__init__()
-        self.inner = reference_build(n_embd, n_head)
-        self.fault = fault
-
-    def forward(self, x: Tensor) -> Tensor:
-        if x.size(1) > 8:
-            _fault(self.fault)
-        return self.inner(x)
-
-
 def _subject(fault: str) -> SimpleNamespace:
-    def build(n_embd: int, n_head: int) -> nn.Module:
-        return Misbehaves(n_embd, n_head, fault)
+    def before(x: Tensor) -> None:
+        if x.size(1) > 8:
+            _fault(fault)
 
-    return SimpleNamespace(build=build, export_weights=export_weights)
+    return SimpleNamespace(build=build_before(before), export_weights=export_weights)
 
 
 def _none(module: nn.Module) -> None:
