@@ -5,14 +5,20 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import stat
 import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["PropertyResult", "Report", "check_report_path"]
+__all__ = ["PropertyResult", "Report", "check_report_path", "printable"]
 
 PASSING = ("pass", "skip")
 SCHEMA = 1
+# An existing file larger than this is not a report attnspec wrote, so it is never replaced.
+_REPORT_MAX_BYTES = 64 * 1024 * 1024
+# C0 but newline and tab, DEL, C1, and the bidi overrides that reorder text on a terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass
@@ -85,20 +91,33 @@ class Report:
         return data
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        """Write the JSON report atomically: a temporary file beside it, then a rename."""
+        """Write the JSON report: atomically (a temporary file beside it, then a rename) to a new
+        path or an earlier report, plainly to a character device or FIFO (/dev/null, a pipe).
+
+        A symlink is written through, never replaced; an existing file that is not an attnspec
+        report (a source file, say) is refused with UsageError.
+        """
         path = os.fspath(path)
-        _check_name(path)
-        directory = os.path.dirname(os.path.abspath(path))
+        where, found = _destination(path)
+        text = json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+        if found is not None and _is_stream(found):
+            with open(where, "w") as handle:  # a device or pipe: no rename, no chmod
+                handle.write(text)
+            return
+        if found is not None:
+            _refuse_non_report(path, where, found)
+        directory = os.path.dirname(where)
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".attnspec-report-", suffix=".json", dir=directory)
         umask = os.umask(0)
         os.umask(umask)
+        # mkstemp's 0600 is for secrets; a report is not; an earlier report keeps its mode.
+        mode = stat.S_IMODE(found.st_mode) if found is not None else 0o666 & ~umask
         try:
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets; a report is not
             with os.fdopen(fd, "w") as handle:
-                json.dump(self.to_json(), handle, indent=2, allow_nan=False)
-                handle.write("\n")
-            os.replace(tmp, path)
+                os.chmod(tmp, mode)
+                handle.write(text)
+            os.replace(tmp, where)
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -117,7 +136,23 @@ class Report:
             lines += ["", f"{p.id}: {p.verdict}: {p.message}"]
             if p.replay:
                 lines.append(f"  replay: {p.replay}")
-        return "\n".join(line.rstrip() for line in lines)
+        # Messages quote the subject's own exceptions: its escape codes must not drive the tty.
+        return "\n".join(printable(line.rstrip()) for line in lines)
+
+
+def printable(text: str) -> str:
+    r"""`text` with control characters other than newline and tab shown as escapes.
+
+    ```python
+    printable("boom\x1b[2J")  # 'boom\\x1b[2J': ESC shown as four characters
+    ```
+    """
+    return _CONTROL.sub(lambda m: _escape(m.group()), text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def check_report_path(path: str | os.PathLike[str]) -> None:
@@ -125,8 +160,16 @@ def check_report_path(path: str | os.PathLike[str]) -> None:
     from ._errors import UsageError
 
     path = os.fspath(path)
-    _check_name(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    where, found = _destination(path)
+    if found is not None and _is_stream(found):
+        # A device or pipe takes no trial file beside it (none next to /dev/null).
+        if not os.access(where, os.W_OK):
+            raise UsageError(f"--report {path!r}: {where!r} is a device or pipe that this "
+                             "process may not write to.")
+        return
+    if found is not None:
+        _refuse_non_report(path, where, found)
+    directory = os.path.dirname(where)
     try:  # a trial file where the report will go: the only test that root, NFS and /proc obey
         os.makedirs(directory, exist_ok=True)
         fd, trial = tempfile.mkstemp(prefix=".attnspec-report-", suffix=".json", dir=directory)
@@ -135,6 +178,75 @@ def check_report_path(path: str | os.PathLike[str]) -> None:
     except OSError as error:
         raise UsageError(f"--report {path!r}: cannot write a file in {directory!r} "
                          f"({error.strerror or error}).") from None
+
+
+def is_stream(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a character device or FIFO, which a report is written to plainly."""
+    try:
+        return _is_stream(os.stat(path))
+    except (OSError, ValueError):  # nothing there, or a name stat cannot take: a file then
+        return False
+
+
+def _destination(path: str) -> tuple[str, os.stat_result | None]:
+    """Where a report for `path` goes, and what is there now (None: nothing yet).
+
+    A device or FIFO is opened by the name given (so /dev/stdout's link to a pipe works);
+    anything else by its real path, so a symlink is written through and never replaced.
+    """
+    from ._errors import UsageError
+
+    _check_name(path)
+    try:
+        found: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        found = None  # a new file, or a symlink to one: created where the link points
+    except OSError as error:
+        raise UsageError(f"--report {path!r}: cannot look at this path "
+                         f"({error.strerror or error}).") from None
+    if found is not None and _is_stream(found):
+        return path, found
+    where = os.path.realpath(path)
+    if os.path.islink(where):  # realpath stops at a loop and hands back a link
+        raise UsageError(f"--report {path!r}: a symlink that leads back to itself "
+                         f"(through {where!r}); give a file name.")
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        raise UsageError(f"--report {path!r}: {where!r} is not a regular file, a character "
+                         "device or a FIFO (a block device or socket is never written).")
+    _check_name(where)
+    return where, found
+
+
+def _is_stream(found: os.stat_result) -> bool:
+    return stat.S_ISCHR(found.st_mode) or stat.S_ISFIFO(found.st_mode)
+
+
+def _refuse_non_report(path: str, where: str, found: os.stat_result) -> None:
+    """Raise UsageError unless the existing file at `where` is empty or an attnspec report."""
+    from ._errors import UsageError
+
+    if found.st_size == 0:
+        return  # a file the user just touched for the report
+    shown = repr(path) if where == os.path.abspath(path) else f"{path!r} (-> {where!r})"
+    if found.st_size > _REPORT_MAX_BYTES:
+        data = None
+    else:
+        try:
+            with open(where, "rb") as handle:
+                raw = handle.read(_REPORT_MAX_BYTES + 1)
+        except OSError as error:
+            raise UsageError(f"--report {shown}: the file exists and cannot be read to check "
+                             f"that it is an attnspec report ({error.strerror or error}), so "
+                             "it will not be replaced.") from None
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past the stack
+            data = None
+    if isinstance(data, dict) and "schema" in data and "properties" in data:
+        return
+    raise UsageError(f"--report {shown}: the file exists and is not an attnspec JSON report "
+                     "(a JSON object with \"schema\" and \"properties\"), so it will not be "
+                     "replaced; give a new file name, or remove the file first.")
 
 
 def _check_name(path: str) -> None:
