@@ -74,3 +74,17 @@ def soak(session: nox.Session) -> None:
                     "--report", f"docs/soak/{name}.json", *session.posargs,
                     success_codes=[0, 1])
     session.run("python", "scripts/soak_table.py", "docs/soak")
+
+
+@nox.session
+def cuda(session: nox.Session) -> None:
+    """CUDA conformance and benchmarks; skips without a GPU.
+
+    With a GPU (about 8 minutes): verify on CUDA for every built-in subject, the sdpa subject
+    under each SDPA backend, device_agreement and its witness, forward timings; writes
+    docs/cuda.md and docs/cuda.json. Without one it prints "no CUDA device: skipped". It uses
+    the torch that constraints.txt installs, which may be a CPU build; on a GPU machine whose
+    torch has CUDA, `python scripts/cuda_check.py` runs the same in that environment.
+    """
+    session.install(*CONSTRAINTS, "-e", ".[hf]", "pytest>=8")
+    session.run("python", "scripts/cuda_check.py", *session.posargs)
