@@ -1,11 +1,14 @@
-"""What a run must never do to the user's files and terminal: --report refuses files that are
-not reports and writes through links and into pipes; the subject's escape codes are not
-obeyed."""
+"""What a run must never do to the user's files and terminal, and what it must never lose:
+--report refuses files that are not reports and writes through links and into pipes; a closed
+stdout or stderr, SIGTERM or SIGHUP still leave a report and the verdicts' exit status; replay
+JSON that would blow the stack is a usage error; the subject's escape codes are not obeyed."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -19,6 +22,7 @@ import pytest
 from attnspec._cli import main
 from attnspec._errors import UsageError
 from attnspec._report import PropertyResult, Report, check_report_path, printable
+from attnspec._verify_cli import REPLAY_MAX_CHARS, _SafeStream
 
 HERE = Path(__file__).parent
 FAULTY = HERE / "faulty"
@@ -192,6 +196,193 @@ def test_report_to_a_fifo_is_written_plainly(tmp_path: Path) -> None:
     assert not reader.is_alive()
     assert json.loads(got[0])["status"] == "pass" and got[1:] == [b""]
     assert stat.S_ISFIFO(path.stat().st_mode) and os.listdir(tmp_path) == ["r.json"]
+
+
+@pytest.mark.slow
+def test_verify_writes_one_report_document_into_a_fifo(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    os.mkfifo(path)
+    got: list[bytes] = []
+    reader = _read_fifo(path, got)
+    done = subprocess.run(command("verify", *QUICK, "--report", str(path)), capture_output=True,
+                          text=True, timeout=300, env=environment(), cwd=HERE.parent)
+    assert done.returncode == 0, done.stderr
+    _end_reader(path, reader)
+    assert json.loads(got[0])["status"] == "pass"
+    assert got[1:] == [b""]  # one document, not one per property and another at the end
+    assert stat.S_ISFIFO(path.stat().st_mode) and os.listdir(tmp_path) == ["r.json"]
+
+
+# ---- nothing lost through stdout or stderr ----------------------------------------------
+
+
+def test_safe_stream_swallows_a_missing_closed_or_broken_stream() -> None:
+    quiet = _SafeStream(None)
+    assert quiet.write("x") == 1 and not quiet.isatty()
+    quiet.flush()
+    closed = io.StringIO()
+    closed.close()
+    stream = _SafeStream(closed)
+    print("lost", file=stream, flush=True)
+    assert stream.broken
+
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    broken = _SafeStream(Broken())
+    print("lost", file=broken)
+    print("lost again", file=broken)  # stops writing once broken
+    assert broken.broken
+
+
+def test_verify_with_stderr_none_runs_and_restores_signal_handlers(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(sys, "stderr", None)  # what Python sets when started with 2>&-
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    path = tmp_path / "r.json"
+    # --max-seq 1 adds a note on stderr to the progress lines that also go there.
+    assert main(["verify", *QUICK, "--max-seq", "1", "--report", str(path)]) == 0
+    assert json.loads(path.read_text())["status"] == "pass"
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_verify_piped_into_head_keeps_report_and_exit_status(tmp_path: Path,
+                                                            buffered: bool) -> None:
+    path = tmp_path / "r.json"
+    env = environment()
+    if buffered:  # as a user's shell runs it: the table waits in stdout's buffer until exit
+        del env["PYTHONUNBUFFERED"]
+    with subprocess.Popen(command("verify", *QUICK, "--report", str(path)),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          cwd=HERE.parent) as process:
+        assert process.stdout is not None and process.stderr is not None
+        first = process.stdout.readline()
+        process.stdout.close()  # as `| head -1` does, before the verdict table comes
+        stderr = process.stderr.read()
+        assert process.wait(timeout=300) == 0, stderr
+    assert first.startswith("attnspec ")
+    assert json.loads(path.read_text())["status"] == "pass"
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+
+
+@pytest.mark.slow
+def test_verify_with_stderr_closed_keeps_report_and_exit_status(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    line = " ".join(command("verify", *QUICK, "--report", str(path))) + " 2>&-"
+    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300,
+                          env=environment(), cwd=HERE.parent)
+    assert done.returncode == 0, done.stdout
+    assert json.loads(path.read_text())["status"] == "pass"
+    assert "width" in done.stdout and "Traceback" not in done.stdout
+
+
+# ---- SIGTERM and SIGHUP end a run as Ctrl-C does ----------------------------------------
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below `pid`, from /proc (children lists, read recursively)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie has finished: only its exit code is left
+
+
+def _running_with(*words: str) -> list[str]:
+    """Command lines of live processes that contain every one of `words`."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if all(w in line for w in words) and _alive(int(entry.name)):
+            found.append(line)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_stop_signal_writes_an_interrupted_report(tmp_path: Path, signum: int) -> None:
+    path = tmp_path / "r.json"
+    process = subprocess.Popen(
+        command("verify", "tests/faulty/slow.py", "--no-database", "--max-examples", "30",
+                "--report", str(path)),
+        cwd=HERE.parent, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 120
+    while not path.exists() and time.monotonic() < deadline:  # the first property has finished
+        time.sleep(0.2)
+    time.sleep(1.0)  # into the second property's examples
+    below = _descendants(process.pid)
+    assert below, "the worker should be running below the runner"
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=60)
+    name = signal.Signals(signum).name
+    assert process.returncode == 128 + signum, stderr
+    saved = json.loads(path.read_text())
+    assert saved["partial"] is True and saved["status"] == "interrupted"
+    verdicts = [p["verdict"] for p in saved["properties"]]
+    assert verdicts[:2] == ["pass", "interrupted"] and "not_run" in verdicts  # verdicts kept
+    assert saved["properties"][1]["message"].startswith(f"{name} after")
+    assert f"interrupted: {name} after" in stdout  # the verdict table so far
+    assert f"interrupted by {name}; the report so far is in {path}, marked interrupted" in stderr
+    assert "Traceback" not in stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (
+            any(map(_alive, below)) or _running_with("attnspec", str(tmp_path))):
+        time.sleep(0.2)
+    assert not [pid for pid in below if _alive(pid)], "a process the run started outlived it"
+    assert not _running_with("attnspec", str(tmp_path))
+
+
+# ---- --replay JSON that would exhaust the stack ----------------------------------------
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("[" * REPLAY_MAX_CHARS, "nested too deeply"),
+    ("[" * 50_000 + "]" * 50_000, "nested too deeply"),
+    ('{"a": ' * 12_000 + "1" + "}" * 12_000, "nested too deeply"),
+    ("[" * (REPLAY_MAX_CHARS + 1), "100,001 characters, more than the 100,000"),
+    (" " * (REPLAY_MAX_CHARS + 1) + "{}", "characters, more than the 100,000"),
+], ids=["open", "closed", "objects", "long", "long-blank"])
+def test_replay_json_that_is_too_deep_or_long_is_a_usage_error(
+        text: str, problem: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", *QUICK[:3], "--replay", text]) == 2
+    err = capsys.readouterr().err
+    assert problem in err and "Traceback" not in err and len(err) < 1000
+
+
+def test_replay_file_that_is_too_deep_or_long_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    deep, long = tmp_path / "deep.json", tmp_path / "long.json"
+    deep.write_text("[" * 90_000)
+    long.write_text("[" * 200_000)
+    assert main(["verify", *QUICK[:3], "--replay", str(deep)]) == 2
+    assert "nested too deeply" in capsys.readouterr().err
+    assert main(["verify", *QUICK[:3], "--replay", str(long)]) == 2
+    assert "the file holds more than 100,000 characters" in capsys.readouterr().err
 
 
 # ---- the subject's escape codes are shown, not obeyed ----------------------------------

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from ._errors import AttnspecError
+from ._report import printable
+from ._verify_cli import _SafeStream, add_verify_parser, flush_quietly
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -40,8 +43,6 @@ def _build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--seq", type=_positive, default=5, help="T, token positions (5)")
     trace.add_argument("--kernel", choices=("explicit", "sdpa"), default="explicit")
 
-    from ._verify_cli import add_verify_parser
-
     add_verify_parser(sub)
 
     plot = sub.add_parser("plot", help="draw every head's attention weights side by side")
@@ -58,7 +59,8 @@ def _build_parser() -> argparse.ArgumentParser:
 def _trace(args: argparse.Namespace) -> int:
     from ._api import trace
 
-    print(trace(args.n_embd, args.n_head, batch=args.batch, seq=args.seq, kernel=args.kernel))
+    print(trace(args.n_embd, args.n_head, batch=args.batch, seq=args.seq, kernel=args.kernel),
+          file=_SafeStream(sys.stdout))
     return EXIT_OK
 
 
@@ -67,18 +69,40 @@ def _plot(args: argparse.Namespace) -> int:
 
     path = plot_heads(args.n_embd, args.n_head, seq=args.seq, batch=args.batch,
                       batch_row=args.batch_row, seed=args.seed, output=args.output)
-    print(f"wrote {path}")
+    print(f"wrote {path}", file=_SafeStream(sys.stdout))
     return EXIT_OK
+
+
+def _fill_closed_std_fds() -> None:
+    """Open /dev/null on a closed fd 0, 1 or 2 (`2>&-`), so that no file opened later (a
+    report, a pipe to the worker) lands there and receives what is written to stderr."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)  # the lowest free fd: `fd` itself
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 1 a property failed, 2 misuse)."""
+    _fill_closed_std_fds()
+    try:
+        return _main(argv)
+    finally:
+        # A closed pipe (`| head`) must not turn into a traceback or "Exception ignored" at exit.
+        flush_quietly(sys.stdout, sys.stderr)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.version:
         from . import __version__
 
-        print(f"attnspec {__version__}")
+        print(f"attnspec {__version__}", file=_SafeStream(sys.stdout))
         return EXIT_OK
     if args.command is None:
         parser.print_help(sys.stderr)
@@ -93,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_verify(args)
     except (AttnspecError, ValueError) as error:
         # Misuse and bad configurations: the message alone, no traceback.
-        print(f"attnspec {args.command}: error: {error}", file=sys.stderr)
+        print(f"attnspec {args.command}: error: {printable(str(error))}",
+              file=_SafeStream(sys.stderr))
         return EXIT_USAGE
 
 

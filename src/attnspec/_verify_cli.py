@@ -3,14 +3,188 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
-from typing import Any
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any, TextIO
 
 from ._errors import TargetError, UsageError
+from ._report import PropertyResult, Report, check_report_path, is_stream, printable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# A replay example is one short object (a few hundred characters); far more is something else.
+REPLAY_MAX_CHARS = 100_000
+# What `timeout`, CI cancellation and `docker stop` send: they end a run as Ctrl-C does.
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+class _SafeStream:
+    """A text stream for the CLI's messages whose writes never raise: when the stream is None
+    (`2>&-`), closed, or a broken pipe (`| head`), output is dropped and the run goes on."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+        self.broken = stream is None
+
+    def write(self, text: str) -> int:
+        if not self.broken and self._stream is not None:
+            try:
+                self._stream.write(text)
+            except (OSError, ValueError):
+                self._break()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken and self._stream is not None:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._break()
+
+    def isatty(self) -> bool:
+        try:
+            return not self.broken and self._stream is not None and self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def _break(self) -> None:
+        self.broken = True
+        quiet(self._stream)
+
+
+def quiet(stream: TextIO | None) -> None:
+    """Point a broken stream's descriptor at /dev/null, so that what it still buffers is
+    flushed there at exit instead of as Python's "Exception ignored ... BrokenPipeError"."""
+    if stream is None:
+        return
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # no descriptor (a test's capture), or none to spare
+        return
+    try:
+        os.dup2(devnull, fd)
+    except OSError:
+        pass
+    finally:
+        os.close(devnull)
+
+
+def flush_quietly(*streams: TextIO | None) -> None:
+    """Flush stdout and stderr before exit; a broken one is quieted (see `quiet`)."""
+    for stream in streams:
+        if stream is None:
+            continue
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            quiet(stream)
+
+
+class _Stop:
+    """Which stop signal ended the run (None: none, or Ctrl-C)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.stopping = False
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[_Stop]:
+    """While verify runs, SIGTERM and SIGHUP raise KeyboardInterrupt as Ctrl-C does, so the
+    report is written marked interrupted; the previous handlers come back afterwards."""
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # only the main thread may set handlers (and receives signals)
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.stopping:
+            return  # a second stop signal while the report is written would only lose it
+        stop.stopping, stop.signum = True, signum
+        raise KeyboardInterrupt
+
+    previous: dict[int, Any] = {}
+    for name in STOP_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is None:
+            continue  # no SIGHUP on Windows
+        old = signal.getsignal(number)
+        if old == signal.SIG_IGN:
+            continue  # nohup, or a parent that asked this process to ignore it
+        previous[number] = signal.SIG_DFL if old is None else old
+        signal.signal(number, handler)
+    try:
+        yield stop
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+def _replay_object(value: str) -> dict[str, Any]:
+    """The --replay JSON object, from the option's text or from the file it names."""
+    shown = repr(value[:200]) + ("..." if len(value) > 200 else "")
+    if len(value) > REPLAY_MAX_CHARS:
+        raise UsageError(f"--replay {shown}: {len(value):,} characters, more than the "
+                         f"{REPLAY_MAX_CHARS:,} a replay example can take; give the object a "
+                         "failure's replay command prints, or a file holding it.")
+    text = value
+    if os.path.isfile(value):  # the JSON saved to a file works as well as pasted
+        try:
+            with open(value, encoding="utf-8") as handle:
+                text = handle.read(REPLAY_MAX_CHARS + 1)
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError(f"--replay {shown}: cannot read this file as text ({error}).") \
+                from None
+        if len(text) > REPLAY_MAX_CHARS:
+            raise UsageError(f"--replay {shown}: the file holds more than {REPLAY_MAX_CHARS:,} "
+                             "characters; a replay example is one short JSON object.")
+    try:
+        replay = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"--replay {shown}: not JSON ({error}); give the object a failure's "
+                         "replay command prints, or a file holding it.") from None
+    except RecursionError:  # json recurses once per level: "[" * 100000 exhausts the stack
+        raise UsageError(f"--replay {shown}: JSON nested too deeply to read; a replay example "
+                         "is one flat object such as a failure's replay command prints."
+                         ) from None
+    if not isinstance(replay, dict):
+        raise UsageError(f"--replay {shown}: expected a JSON object.")
+    return replay
+
+
+def _write_report(report: Report, path: str) -> None:
+    """Write the report where the engine did not (a device or pipe: once, at the end, one JSON
+    document for its reader) or again; a failure is kept on it, as the engine keeps it."""
+    try:
+        report.write(path)
+    except (OSError, ValueError, UsageError) as error:
+        report.write_error = f"{path!r}: {error}"
+
+
+def _blank_report(args: argparse.Namespace, **state: Any) -> Report:
+    """The report of a run that stopped before its report existed (while the TARGET loaded)."""
+    from ._engine import select_properties
+
+    return Report(target=args.target, header={},
+                  properties=[PropertyResult(id=p) for p in select_properties(args.only,
+                                                                              args.skip)],
+                  **state)
+
+
+def _name_the_signal(report: Report, name: str) -> bool:
+    """Interrupted verdicts say which signal stopped them, not Ctrl-C; True if one changed."""
+    changed = False
+    for p in report.properties:
+        if p.verdict == "interrupted" and p.message.startswith("Ctrl-C"):
+            p.message = name + p.message[len("Ctrl-C"):]
+            changed = True
+    return changed
 
 
 def add_verify_parser(sub: Any) -> None:
@@ -39,7 +213,9 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--max-seq", type=int, default=64, metavar="T",
                         help="the longest sequence length drawn (64, at most 4096); raise it "
                              "past a blocked kernel's block size")
-    verify.add_argument("--report", metavar="FILE.json", help="write a JSON report (atomically)")
+    verify.add_argument("--report", metavar="FILE.json",
+                        help="write a JSON report (atomically; once, plainly, to a device or "
+                             "pipe)")
     verify.add_argument("-x", "--exitfirst", action="store_true",
                         help="stop at the first property that does not pass")
     verify.add_argument("--replay", metavar="JSON",
@@ -63,62 +239,84 @@ def _header(session_header: dict[str, Any], target: str) -> str:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from ._engine import verify
+    out, err = _SafeStream(sys.stdout), _SafeStream(sys.stderr)
+    try:
+        with _signals_interrupt() as stop:
+            try:
+                return _run_verify(args, out, err, stop)
+            except KeyboardInterrupt:  # a stop signal before or after verify() itself
+                stop.stopping = True
+                name = signal.Signals(stop.signum).name if stop.signum else "Ctrl-C"
+                print(f"\nattnspec verify: interrupted by {name}.", file=err)
+                return 128 + stop.signum if stop.signum else EXIT_INTERRUPTED
+    finally:
+        out.flush()
+        err.flush()
+
+
+def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
+                stop: _Stop) -> int:
+    from ._engine import _progress_printer, verify
 
     dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]
-    replay = None
-    if args.replay is not None:
-        text = args.replay
-        if os.path.isfile(text):  # the JSON saved to a file works as well as pasted
-            with open(text) as handle:
-                text = handle.read()
-        try:
-            replay = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"--replay {args.replay[:200]!r}: not JSON ({error}); give the "
-                             "object a failure's replay command prints, or a file holding it."
-                             ) from None
-        if not isinstance(replay, dict):
-            raise UsageError(f"--replay {args.replay[:200]!r}: expected a JSON object.")
+    replay = None if args.replay is None else _replay_object(args.replay)
+    plain = args.report is not None and is_stream(args.report)
+    if plain:  # the engine writes after every property; a pipe's reader wants one document
+        check_report_path(args.report)
+
+    # The engine's printer writes to the stream it is given: a safe one survives `2>&-`.
+    printer = (lambda *a: None) if args.no_progress else _progress_printer(err)
+
     def progress(prop: str, done: int, total: int, result: Any) -> None:
         printer(prop, done, total, result)
 
-    from ._engine import _progress_printer
-
-    printer = (lambda *a: None) if args.no_progress else _progress_printer(sys.stderr)
     if args.max_seq == 1:
         print("attnspec verify: note: --max-seq 1 draws only T = 1, where causality, prefix "
-              "and grad_causality have no later position to check.", file=sys.stderr)
-    started: list[Any] = []
+              "and grad_causality have no later position to check.", file=err)
+    started: list[Report] = []
 
-    def on_start(report: Any) -> None:
+    def on_start(report: Report) -> None:
         started.append(report)  # the same object fills in as properties finish
-        print(_header(report.header, args.target), flush=True)
+        print(printable(_header(report.header, args.target)), file=out, flush=True)
 
     try:
         report = verify(
             args.target, only=args.only, skip=args.skip, device=args.device,
             dtypes=dtypes or None, profile=args.profile, max_examples=args.max_examples,
-            seed=args.seed, timeout=args.timeout, max_seq=args.max_seq, report=args.report,
-            progress=progress,
+            seed=args.seed, timeout=args.timeout, max_seq=args.max_seq,
+            report=None if plain else args.report, progress=progress,
             exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
             on_start=on_start,
         )
     except TargetError as error:
-        print(f"attnspec verify: {error}", file=sys.stderr)  # verify() wrote the report
+        if plain:
+            _write_report(_blank_report(args, error=str(error), partial=False), args.report)
+        print(f"attnspec verify: {printable(str(error))}", file=err)  # the report says it too
         return EXIT_USAGE
     except KeyboardInterrupt:
+        stop.stopping = True  # from here on a stop signal waits for the report
+        so_far = started[0] if started else _blank_report(args, interrupted=True)
+        name = signal.Signals(stop.signum).name if stop.signum else None
+        renamed = name is not None and _name_the_signal(so_far, name)
+        if plain or (renamed and args.report):
+            _write_report(so_far, args.report)  # again, saying which signal it was
         if started:
-            print("\n" + started[0].summary(), flush=True)
+            print("\n" + so_far.summary(), file=out, flush=True)
         kept = (f"; the report so far is in {args.report}, marked interrupted" if args.report
                 else "")
-        print(f"\nattnspec verify: interrupted{kept}.", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    print(report.summary())
+        if so_far.write_error is not None:
+            kept = f"; the report could not be written to {printable(so_far.write_error)}"
+        how = f" by {name}" if name else ""
+        print(f"\nattnspec verify: interrupted{how}{kept}.", file=err)
+        return 128 + stop.signum if stop.signum else EXIT_INTERRUPTED
+    if plain:
+        _write_report(report, args.report)
+    # The verdicts decide the exit status, whatever became of stdout (`| head` closes it).
+    print(report.summary(), file=out)
     if report.write_error is not None:
         print(f"\nattnspec verify: the JSON report could not be written to "
-              f"{report.write_error}", file=sys.stderr)
+              f"{printable(report.write_error)}", file=err)
         return EXIT_FAILED if report.failures else EXIT_USAGE
     if args.report:
-        print(f"\nreport: {args.report}")
+        print(f"\nreport: {args.report}", file=out)
     return EXIT_OK if report.ok else EXIT_FAILED
