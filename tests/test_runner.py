@@ -356,13 +356,20 @@ def test_a_non_finite_measurement_is_written_as_valid_json(tmp_path: Path) -> No
     json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the report"))
 
 
+def _ctrl_c_answered() -> None:
+    """In the child: Ctrl-C as on a terminal, even where pytest runs as a background job (which
+    starts with SIGINT ignored, and a child inherits that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_writes_a_partial_report(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "attnspec", "verify", "tests/faulty/slow.py", "--no-database",
          "--max-examples", "30", "--report", str(path)],
-        cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_ctrl_c_answered)
     deadline = time.monotonic() + 120
     while not path.exists() and time.monotonic() < deadline:  # the first property has finished
         time.sleep(0.2)
@@ -386,7 +393,8 @@ def test_ctrl_c_while_the_subject_loads_still_writes_the_report(tmp_path: Path) 
     process = subprocess.Popen(
         [sys.executable, "-m", "attnspec", "verify", "tests/faulty/slow_import.py",
          "--report", str(path)],
-        cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_ctrl_c_answered)
     deadline = time.monotonic() + 120
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -540,15 +548,12 @@ def test_time_spent_waiting_for_a_cpu_does_not_count_towards_the_timeout(
 
 
 def test_worker_whose_parent_is_gone_exits_quietly(capfd: pytest.CaptureFixture[str]) -> None:
-    import multiprocessing
+    import socket
+    from multiprocessing.connection import Connection
 
     from attnspec import _worker
 
-    parent, child = multiprocessing.Pipe()
-    parent.close()  # the runner was killed: its end of the pipe is gone
-    handler = signal.getsignal(signal.SIGINT)
-    try:
-        _worker._serve(child, "attnspec.subjects.reference")
-    finally:  # _serve ignores Ctrl-C, as a worker process should; this one is pytest's
-        signal.signal(signal.SIGINT, handler)
+    ours, theirs = socket.socketpair()
+    ours.close()  # the runner was killed: its end of the socket is gone
+    _worker._serve(Connection(theirs.detach()))
     assert capfd.readouterr().err == ""  # no BrokenPipeError traceback on the user's terminal

@@ -6,21 +6,23 @@ The CLI, the Python API (`verify`) and the pytest suite in conformance/ are fron
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
 import shlex
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ._errors import TargetError, UsageError
-from ._properties import PROPERTY_IDS, Example
+from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from ._report import PropertyResult, Report, check_report_path
 from ._subject import clip, default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
@@ -28,7 +30,7 @@ from ._worker import Executor, InProcess, SubjectCrash, Worker
 __all__ = ["PROFILES", "PROPERTIES", "Session", "verify"]
 
 PROPERTIES: tuple[str, ...] = PROPERTY_IDS
-"""The property ids, in the order they run (DESIGN.md's table, then device_agreement)."""
+"""The property ids, in the order they run (docs/design.md's table, then device_agreement)."""
 
 PROFILES: dict[str, int] = {"smoke": 10, "default": 50, "thorough": 400, "ci": 50}
 """Examples per property for each tier; `ci` is `default`, derandomized, without a database."""
@@ -36,8 +38,9 @@ PROFILES: dict[str, int] = {"smoke": 10, "default": 50, "thorough": 400, "ci": 5
 # B <= 4 and H <= 8 are drawn, so the (B, H, T, T) scores reach 4 * 8 * T * T elements.
 MAX_SEQ_LIMIT = 4096
 
-_NEEDS_EXPORT = ("oracle", "oracle_grad")
-_USES_CUTS = ("causality", "prefix", "grad_causality")
+# Bounds on a replayed example, so that a typo cannot allocate hundreds of GB.
+_REPLAY_LIMITS = {"B": 1024, "C": 65536, "H": 4096}
+_REPLAY_GIB = 8
 # Shrinking stops after this many further examples (a count, so a seed replays exactly), or
 # after _SHRINK_SECONDS on a very slow subject; the smallest failure seen is reported.
 _SHRINK_EXAMPLES = 64
@@ -127,8 +130,9 @@ class _Coverage:
 class _State:
     examples: int = 0
     forwards: int = 0
-    failures: list[tuple[Example, dict[str, Any]]] = field(default_factory=list)
-    last: tuple[Example, dict[str, Any]] | None = None
+    failures: list[tuple[Example, Outcome]] = field(default_factory=list)
+    last: tuple[Example, Outcome] | None = None
+    largest: tuple[Example, Outcome] | None = None
     crash: tuple[Example, SubjectCrash] | None = None
     crashes: int = 0
     stop_shrinking: bool = False
@@ -198,13 +202,13 @@ class Session:
                              f"got {type(target).__name__}.")
         self.isolated = isolate
         self.executor: Executor = Worker(target, timeout=timeout) if isolate else InProcess(target)
-        self.meta = self.executor.meta
+        self.info = self.executor.info
         self.dtypes = {dev: self._dtypes_for(dev) for dev in self.devices}
         if not any(self.dtypes.values()):
             requested = self.requested_dtypes or []
             offered = "; ".join(f"{dev}: {', '.join(self._claimed(dev)) or 'none'}"
                                 for dev in self.devices)
-            whose = "the subject's DTYPES" if self.meta["dtypes"] else "attnspec's defaults"
+            whose = "the subject's DTYPES" if self.info.dtypes else "attnspec's defaults"
             self.close()
             half = (" (float16 is checked on CUDA only, unless the subject's DTYPES name it)"
                     if "float16" in requested else "")
@@ -213,7 +217,7 @@ class Session:
 
     def _claimed(self, device: str) -> list[str]:
         """The subject's DTYPES, or attnspec's defaults for the device."""
-        return list(self.meta["dtypes"] or default_dtypes(device))
+        return list(self.info.dtypes or default_dtypes(device))
 
     def _dtypes_for(self, device: str) -> list[str]:
         return [d for d in self._claimed(device)
@@ -236,7 +240,7 @@ class Session:
         from . import __version__
 
         return {
-            "subject": self.meta["name"], "origin": self.meta["origin"],
+            "subject": self.info.name, "origin": self.info.origin,
             "versions": {"attnspec": __version__, "python": platform.python_version(),
                          "torch": torch.__version__, "hypothesis": hypothesis.__version__,
                          "jaxtyping": jaxtyping.__version__, "beartype": beartype.__version__},
@@ -258,19 +262,18 @@ class Session:
 
         from ._strategies import batch_sizes, configs, cut_points, invalid_configs, seq_lengths
 
-        if prop == "divisibility":
+        spec = BY_ID[prop]
+        if spec.invalid_configs:
             C, H = data.draw(invalid_configs(), label="C, H (invalid)")
             return Example(B=1, T=1, C=C, H=H)
-        devices = ["cuda"] if prop == "device_agreement" else [
-            d for d in self.devices if self.dtypes[d]]
+        devices = ["cuda"] if spec.needs_cuda else [d for d in self.devices if self.dtypes[d]]
         device = data.draw(st.sampled_from(devices), label="device")
         dtype = data.draw(st.sampled_from(self.dtypes[device]), label="dtype")
-        C, H = data.draw(configs(supported=self.meta["supported"]), label="C, H")
-        B = data.draw(batch_sizes(min_value=2 if prop == "batch_independence" else 1),
-                      label="B")
+        C, H = data.draw(configs(supported=self.info.supported), label="C, H")
+        B = data.draw(batch_sizes(min_value=spec.min_batch), label="B")
         T = data.draw(seq_lengths(max_value=self.max_seq), label="T")
-        cuts = data.draw(cut_points(T), label="cut points") if prop in _USES_CUTS else ()
-        scale = data.draw(st.sampled_from((1.0, 4.0)), label="scale") if prop == "finite" \
+        cuts = data.draw(cut_points(T), label="cut points") if spec.uses_cuts else ()
+        scale = data.draw(st.sampled_from((1.0, 4.0)), label="scale") if spec.scaled_inputs \
             else 1.0
         seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
         return Example(B=B, T=T, C=C, H=H, dtype=dtype, device=device, seed=seed, cuts=cuts,
@@ -279,9 +282,10 @@ class Session:
     # ---- running -----------------------------------------------------------------------
 
     def _skip_reason(self, prop: str) -> str | None:
-        if prop in _NEEDS_EXPORT and not self.meta["has_export"]:
+        spec = BY_ID[prop]
+        if spec.needs_export and not self.info.has_export:
             return "the subject has no export_weights"
-        if prop == "device_agreement" and not (self.meta["cuda"] and "cuda" in self.devices):
+        if spec.needs_cuda and not (self.info.cuda and "cuda" in self.devices):
             return "no CUDA device"
         return None
 
@@ -299,12 +303,17 @@ class Session:
         if state.failures:
             ex, outcome = state.last if state.last else min(
                 state.failures, key=lambda f: _size(f[0]))
-            result.verdict = "fail" if outcome["kind"] == "fail" else "error"
-            result.message = outcome.get("message", "")
-            result.measured, result.allowed = outcome.get("measured"), outcome.get("allowed")
-            result.where = outcome.get("where")
+            result.verdict = outcome.kind
+            result.message = outcome.message
+            result.measured, result.allowed = outcome.measured, outcome.allowed
+            result.where = outcome.where
             result.counterexample = ex.to_json()
             result.replay = self.replay_command(prop, ex)
+            if state.largest is not None and state.largest[1] is not outcome:
+                big_ex, big = state.largest
+                result.largest = {"measured": big.measured, "allowed": big.allowed,
+                                  "message": big.message, "example": big_ex.to_json(),
+                                  "replay": self.replay_command(prop, big_ex)}
             return result
         if state.skip is not None and state.examples == 0:
             result.verdict, result.message = "skip", state.skip
@@ -315,8 +324,11 @@ class Session:
     def replay_example(self, prop: str, data: Mapping[str, Any]) -> Example:
         """The example in a replay JSON, checked so that a typo is a UsageError, not a verdict."""
         def bad(why: str) -> UsageError:
-            shown = json.dumps(data, separators=(",", ":"), default=repr)
-            return UsageError(f"--replay {clip(shown, 200)}: {why}.")
+            try:
+                shown = clip(json.dumps(data, separators=(",", ":"), default=repr), 200)
+            except (RecursionError, ValueError):
+                shown = "<a nested JSON value>"
+            return UsageError(f"--replay {shown}: {why}.")
 
         def whole(value: Any) -> bool:
             return isinstance(value, int) and not isinstance(value, bool)
@@ -353,6 +365,16 @@ class Session:
             raise bad("B, T, C and H must all be >= 1 for this property")
         if ex.T > MAX_SEQ_LIMIT:
             raise bad(f"T must be at most {MAX_SEQ_LIMIT}")
+        for axis, most in _REPLAY_LIMITS.items():
+            if getattr(ex, axis) > most:
+                raise bad(f"{axis} must be at most {most}, got {getattr(ex, axis)}")
+        # The largest call: every cut's copy of (B, T, C) and its (B, H, T, T) scores.
+        copies = max(1, len(set(ex.cuts)))
+        gib = copies * ex.B * (ex.H * ex.T * ex.T + 4 * ex.T * ex.C) * 8 / 2**30
+        if gib > _REPLAY_GIB:
+            raise bad(f"this example needs about {gib:,.0f} GiB for one call ({copies} cut "
+                      f"copies of B={ex.B}, H={ex.H}, T={ex.T}, C={ex.C}); at most "
+                      f"{_REPLAY_GIB} GiB is replayed")
         if not all(0 <= t < ex.T for t in ex.cuts):
             raise bad(f"cuts must lie in 0..T-1 = 0..{ex.T - 1}, got {list(ex.cuts)}")
         if ex.C % ex.H:
@@ -377,11 +399,12 @@ class Session:
             state.last = state.failures[-1]
         return self._result(prop, state, time.perf_counter() - start)
 
-    def _one(self, prop: str, ex: Example, state: _State) -> dict[str, Any] | None:
+    def _one(self, prop: str, ex: Example, state: _State) -> Outcome | None:
         state.examples += 1
         try:
-            outcome = self.executor.check(prop, ex)
-        except SubjectCrash as crash:
+            outcome = run_check(self.executor, prop, ex)
+        except SubjectCrash as bare:
+            crash = SubjectCrash(bare.kind, f"{bare} (on {ex.describe()})", ran=bare.ran)
             state.crashes += 1
             # Smaller tries after a timeout could each cost a whole --timeout; after a failed
             # restart they cannot run at all.
@@ -390,15 +413,18 @@ class Session:
                 state.crash = (ex, crash)  # the smallest crash seen is the one reported
             state.drawn.add(prop, ex)
             return None
-        state.forwards += int(outcome.get("forwards", 0))
-        state.notes.update(outcome.get("notes", ()))
-        if outcome["kind"] == "skip":
-            state.skip = outcome.get("message", "skipped")
+        state.forwards += outcome.forwards
+        state.notes.update(outcome.notes)
+        if outcome.kind == "skip":
+            state.skip = outcome.message or "skipped"
             state.examples -= 1
             return None
         state.drawn.add(prop, ex)
-        if outcome["kind"] in ("fail", "error"):
+        if outcome.failed:
             state.failures.append((ex, outcome))
+            if outcome.measured is not None and (
+                    state.largest is None or outcome.measured > (state.largest[1].measured or 0)):
+                state.largest = (ex, outcome)
             return outcome
         return None
 
@@ -446,7 +472,7 @@ class Session:
                 if outcome is not None:
                     state.last = (ex, outcome)
                 # A crash shrinks too, within the same budget (each costs a worker restart).
-                raise _PropertyFailed(outcome.get("message", "") if outcome else "crash")
+                raise _PropertyFailed(outcome.message if outcome else "crash")
 
         # Hypothesis refuses a database with derandomize (CI): the run is its own replay there.
         db = DirectoryBasedExampleDatabase(self.database) if (
@@ -466,7 +492,8 @@ class Session:
         except AttributeError:
             pass
         try:
-            wrapped()
+            with _private_hypothesis_home(self.database is None):
+                wrapped()
         except _Abort:
             if state.crash is None and state.failures:
                 state.last = min(state.failures, key=lambda f: _size(f[0]))
@@ -494,6 +521,24 @@ class Session:
         if progress is not None:
             progress(prop, result.examples, total, result)
         return result
+
+
+@contextlib.contextmanager
+def _private_hypothesis_home(private: bool) -> Iterator[None]:
+    """Without a database, Hypothesis's other files (its constants cache) go to a temporary
+    directory, not to .hypothesis/ in the user's working directory."""
+    if not private or os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        yield
+        return
+    from hypothesis import configuration
+
+    previous = vars(configuration).get("__hypothesis_home_directory")
+    with tempfile.TemporaryDirectory(prefix="attnspec-hypothesis-") as home:
+        configuration.set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(previous)
 
 
 def _progress_printer(stream: Any) -> Progress:

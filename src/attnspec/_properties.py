@@ -1,15 +1,19 @@
-"""The properties: one check per id, run on one example against a loaded subject.
+"""The properties, judged in the runner: one object per id, each with what it needs and its check.
 
-These run inside the worker process. Each returns an `Outcome` dict: `{"kind": "pass"}`, or a
-failure (`"fail"`: the property is violated; `"error"`: the subject raised or returned something
-unusable) with a message, the measured and allowed error and where the worst element is.
+A check makes the inputs, asks the executor (the worker, which runs the subject) for the
+subject's outputs, and judges them here, with the reference, the float64 golden and the tolerance
+rule (docs/design.md). It returns an `Outcome`.
+
+Exact comparisons are made only between identical computations: both sides come from calls of
+the same shape, with the compared rows at the same batch offset, because CPU and GPU matrix
+multiplies round a row differently by where it sits in the batch. Jitter is estimated from more
+than one pair of identical calls.
 """
 
 from __future__ import annotations
 
 import math
-import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,26 +21,12 @@ import torch
 from torch import Tensor
 
 from . import _tolerance as tol
-from ._reference import BIAS_KEYS, WEIGHT_KEYS, reference_attention
-from ._subject import Subject, dtype_from_name, fault_text
+from ._reference import WEIGHT_KEYS, reference_attention
+from ._subject import dtype_from_name
+from ._worker import Executor
 
-__all__ = ["CHECKS", "Example", "PROPERTY_IDS", "SubjectFault", "run_check"]
-
-PROPERTY_IDS: tuple[str, ...] = (
-    "width", "dtype", "divisibility", "causality", "prefix", "batch_independence",
-    "determinism", "input_unchanged", "finite", "oracle", "oracle_grad", "grad_causality",
-    "device_agreement",
-)
-
-Outcome = dict[str, Any]
-
-
-def _subject_errors() -> tuple[type[BaseException], ...]:
-    """What the subject's own code may raise and be blamed for: sys.exit() in a kernel is its
-    fault. Where SIGINT is ignored (the worker), a KeyboardInterrupt is the subject's own too."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        return (Exception, SystemExit, KeyboardInterrupt)
-    return (Exception, SystemExit)
+__all__ = ["Context", "Example", "Outcome", "PROPERTIES", "PROPERTY_IDS", "Property",
+           "SubjectFault", "run_check"]
 
 
 @dataclass(frozen=True)
@@ -73,70 +63,110 @@ class Example:
         return (f"B={self.B}, T={self.T}, C={self.C}, H={self.H}, D={self.D}, "
                 f"dtype={self.dtype}, device={self.device}, seed={self.seed}{cuts}")
 
+    def build(self) -> dict[str, Any]:
+        """The worker's build request for this example."""
+        return {"n_embd": self.C, "n_head": self.H, "seed": self.seed, "dtype": self.dtype,
+                "device": self.device}
+
+
+@dataclass
+class Outcome:
+    """One example's verdict: pass, fail (the property is violated), error (the subject raised
+    or returned something unusable) or skip; with the measured and allowed error and where."""
+
+    kind: str
+    message: str = ""
+    measured: float | None = None
+    allowed: float | None = None
+    where: dict[str, int] | None = None
+    notes: list[str] = field(default_factory=list)
+    forwards: int = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.kind in ("fail", "error")
+
+
+PASS = "pass"
+
 
 class SubjectFault(Exception):
     """The subject raised or returned something unusable; becomes an `error` outcome."""
 
 
-@dataclass
-class _Run:
-    """Counts forward calls, so benchmarks can show how many one example costs."""
+class Context:
+    """What a check uses to run the subject: one executor, with the forward calls counted."""
 
-    forwards: int = 0
-    notes: list[str] = field(default_factory=list)
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.forwards = 0
+        self.notes: list[str] = []
+
+    def request(self, ex: Example | None, steps: Sequence[dict[str, Any]]) -> list[Any]:
+        """Build for `ex` (None: keep the module built last) and run `steps`; the results."""
+        self.forwards += sum(1 for s in steps if s["op"] in ("forward", "grad"))
+        answer = self.executor.run({"build": None if ex is None else ex.build(),
+                                    "steps": list(steps)})
+        if answer.get("kind") != "ok":
+            raise SubjectFault(str(answer.get("message", "the worker gave no answer")))
+        results = answer["results"]
+        assert isinstance(results, list) and len(results) == len(steps)
+        return results
+
+    def forwards_of(self, ex: Example, xs: Sequence[Tensor], *,
+                    check_shape: bool = True) -> list[Tensor]:
+        """The subject's outputs on each input, from one module built for `ex`."""
+        results = self.request(ex, [{"op": "forward", "x": x} for x in xs])
+        outs = []
+        for x, result in zip(xs, results, strict=True):
+            out = result["out"]
+            if check_shape:
+                _same_layout(out, result["device"], x, ex.device)
+            outs.append(out)
+        return outs
+
+
+def _same_layout(out: Tensor, device: str, x: Tensor, want_device: str) -> None:
+    if out.shape != x.shape or out.dtype != x.dtype or device != want_device:
+        raise SubjectFault(
+            f"forward returned {tuple(out.shape)} {out.dtype} on {device} for input "
+            f"{tuple(x.shape)} {x.dtype} on {want_device}, so this property cannot be "
+            "checked (see width and dtype).")
+
+
+# ---- inputs, reference weights, messages ----------------------------------------------------
 
 
 def _inputs(ex: Example, salt: int = 0, shape: tuple[int, ...] | None = None) -> Tensor:
     gen = torch.Generator().manual_seed(ex.seed * 7919 + salt)
     x = torch.randn(shape or (ex.B, ex.T, ex.C), generator=gen, dtype=torch.float64) * ex.scale
-    return x.to(device=ex.device, dtype=dtype_from_name(ex.dtype))
+    return x.to(dtype=dtype_from_name(ex.dtype))
 
 
-def _build(subject: Subject, ex: Example) -> torch.nn.Module:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(ex.seed)  # the same example builds the same weights on replay
-        try:
-            module = subject.build(ex.C, ex.H)
-        except _subject_errors() as error:
-            raise SubjectFault(f"build({ex.C}, {ex.H}) raised for a valid configuration: "
-                               f"{fault_text(error)}") from error
-    if not isinstance(module, torch.nn.Module):
-        raise SubjectFault(f"build({ex.C}, {ex.H}) returned {type(module).__name__}, "
-                           "not a torch.nn.Module.")
-    try:
-        module.eval()
-        module.to(device=ex.device, dtype=dtype_from_name(ex.dtype))
-    except _subject_errors() as error:
-        raise SubjectFault(f".eval().to({ex.device}, {ex.dtype}) raised: "
-                           f"{fault_text(error)}") from error
-    return module
+def _reference_weights(ex: Example) -> dict[str, Tensor]:
+    """Weights for the reference where the subject exports none (prefix's yardstick)."""
+    gen = torch.Generator().manual_seed(ex.seed + 17)
+    bound = 1.0 / math.sqrt(ex.C)
+    return {key: (torch.rand(ex.C, ex.C, generator=gen, dtype=torch.float64) * 2 - 1) * bound
+            for key in WEIGHT_KEYS}
 
 
-def _forward(module: torch.nn.Module, x: Tensor, run: _Run, *, grad: bool = False,
-             check_shape: bool = True) -> Tensor:
-    run.forwards += 1
-    try:
-        with torch.set_grad_enabled(grad):
-            out = module(x)
-    except _subject_errors() as error:
-        raise SubjectFault(f"forward raised on input of shape {tuple(x.shape)}: "
-                           f"{fault_text(error)}") from error
-    if not isinstance(out, Tensor):
-        hint = ""
-        if isinstance(out, tuple):
-            hint = (" (a tuple, as nn.MultiheadAttention returns (output, weights): "
-                    "return only the output tensor)")
-        raise SubjectFault(f"forward returned {type(out).__name__}{hint}, not a Tensor.")
-    if check_shape and (out.shape != x.shape or out.dtype != x.dtype
-                        or out.device != x.device):
-        raise SubjectFault(
-            f"forward returned {tuple(out.shape)} {out.dtype} on {out.device.type} for input "
-            f"{tuple(x.shape)} {x.dtype} on {x.device.type}, so this property cannot be "
-            "checked (see width and dtype).")
-    return out
+def _reference(x: Tensor, weights: Mapping[str, Tensor], ex: Example,
+               dtype: torch.dtype | None = None, device: str | None = None) -> Tensor:
+    """The reference on `x`, computed in `dtype` on `device` (the example's by default)."""
+    dtype = dtype or x.dtype
+    device = device or ex.device
+    with torch.no_grad():
+        out = reference_attention(x.to(device=device, dtype=dtype),
+                                  _cast(weights, dtype, device), ex.H)
+    return out.cpu()
 
 
-def _where(index: tuple[int, ...] | None, cut: int | None = None) -> dict[str, Any] | None:
+def _cast(weights: Mapping[str, Tensor], dtype: torch.dtype, device: str) -> dict[str, Tensor]:
+    return {k: v.detach().to(device=device, dtype=dtype) for k, v in weights.items()}
+
+
+def _where(index: tuple[int, ...] | None, cut: int | None = None) -> dict[str, int] | None:
     if index is None:
         return None
     where = dict(zip(("b", "t", "c"), index, strict=False))
@@ -147,8 +177,7 @@ def _where(index: tuple[int, ...] | None, cut: int | None = None) -> dict[str, A
 
 def _fail(message: str, measured: float | None = None, allowed: float | None = None,
           index: tuple[int, ...] | None = None, cut: int | None = None) -> Outcome:
-    return {"kind": "fail", "message": message, "measured": measured, "allowed": allowed,
-            "where": _where(index, cut)}
+    return Outcome("fail", message, measured, allowed, _where(index, cut))
 
 
 def _at(index: tuple[int, ...] | None) -> str:
@@ -160,68 +189,76 @@ def _cuts(ex: Example) -> list[int]:
     return sorted({t for t in ex.cuts if 0 <= t < ex.T - 1})
 
 
-# ---- the checks ----------------------------------------------------------------------------
+def _jitter(*pairs: tuple[Tensor, Tensor]) -> float:
+    """The subject's run-to-run difference: the largest over pairs of identical calls."""
+    return max(tol.max_abs_diff(a, b)[0] for a, b in pairs)
 
 
-def check_width(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    module, x = _build(subject, ex), _inputs(ex)
-    out = _forward(module, x, run, check_shape=False)
+def _only_float32_accurate(ex: Example, err: float, yard32: Callable[[], float],
+                           scale: float) -> str | None:
+    """For float64: the message when an error float64 cannot explain is one float32 makes."""
+    if ex.dtype != "float64":
+        return None
+    measured32 = yard32()
+    if err > tol.allowed(measured32, "float32", scale):
+        return None
+    return (f"the subject's float64 results are only float32-accurate: the error {err:.3g} is "
+            f"what float32 arithmetic gives (the reference computed in float32 is off by "
+            f"{measured32:.3g} here) but far beyond float64's. It computes in float32 somewhere "
+            "(scores or softmax, say): declare DTYPES without float64, or compute in float64.")
+
+
+# ---- the checks ------------------------------------------------------------------------------
+
+
+def check_width(ctx: Context, ex: Example) -> Outcome:
+    x = _inputs(ex)
+    (out,) = ctx.forwards_of(ex, [x], check_shape=False)
     if out.shape != x.shape:
         return _fail(f"out.shape={tuple(out.shape)}, but should be {tuple(x.shape)} "
                      f"[attn(x), x.shape={tuple(x.shape)}]: the residual width (B, T, C) "
                      "must come back.")
-    return {"kind": "pass"}
+    return Outcome(PASS)
 
 
-def check_dtype(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    module, x = _build(subject, ex), _inputs(ex)
-    out = _forward(module, x, run, check_shape=False)
-    if out.dtype != x.dtype or out.device != x.device:
-        return _fail(f"out is {out.dtype} on {out.device}, but should be {x.dtype} on "
-                     f"{x.device} like its input [attn(x), x.shape={tuple(x.shape)}].")
-    return {"kind": "pass"}
+def check_dtype(ctx: Context, ex: Example) -> Outcome:
+    x = _inputs(ex)
+    (result,) = ctx.request(ex, [{"op": "forward", "x": x}])
+    out, device = result["out"], result["device"]
+    if out.dtype != x.dtype or device != ex.device:
+        return _fail(f"out is {out.dtype} on {device}, but should be {x.dtype} on "
+                     f"{ex.device} like its input [attn(x), x.shape={tuple(x.shape)}].")
+    return Outcome(PASS)
 
 
-def check_divisibility(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    with torch.random.fork_rng(devices=[]):
-        try:
-            built = subject.build(ex.C, ex.H)
-        except _subject_errors():
-            return {"kind": "pass"}  # any exception: it refused the configuration
+def check_divisibility(ctx: Context, ex: Example) -> Outcome:
+    (result,) = ctx.request(None, [{"op": "refuses", "n_embd": ex.C, "n_head": ex.H}])
+    if result["raised"]:
+        return Outcome(PASS)  # any exception: it refused the configuration
     why = (f"{ex.C} is not divisible by {ex.H}" if ex.C >= 1 and ex.H >= 1
            else "n_embd and n_head must both be >= 1")
-    return _fail(f"build({ex.C}, {ex.H}) returned {type(built).__name__} instead of raising: "
-                 f"{why}.")
+    return _fail(f"build({ex.C}, {ex.H}) returned {result['type']} instead of raising: {why}.")
 
 
-def _jitter(module: torch.nn.Module, x: Tensor, out: Tensor, run: _Run) -> float:
-    """The subject's own run-to-run difference on identical input."""
-    again = _forward(module, x, run)
-    return tol.max_abs_diff(out, again)[0]
-
-
-def check_causality(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    module, x = _build(subject, ex), _inputs(ex)
+def check_causality(ctx: Context, ex: Example) -> Outcome:
     cuts = _cuts(ex)
     if not cuts:
-        run.notes.append("T=1: nothing after any position")
-        return {"kind": "pass"}
-    # One forward for every cut: rows [x, x, x changed after t1, x changed after t2, ...].
+        return Outcome(PASS, notes=["T=1: nothing after any position"])
+    x = _inputs(ex)
+    # Block i of `moved` is x changed after cut t_i; block i of `same` is x itself, at the
+    # same batch offset in a call of the same shape, so the two round identically.
     changed = []
     for i, t in enumerate(cuts):
         xt = x.clone()
         xt[:, t + 1:] = _inputs(ex, salt=1000 + i)[:, t + 1:]
         changed.append(xt)
-    stacked = torch.cat([x, x, *changed], dim=0)
-    out = _forward(module, stacked, run)
-    in_call = tol.max_abs_diff(out[:ex.B], out[ex.B:2 * ex.B])[0]
-    jitter = max(_jitter(module, stacked, out, run), in_call)
-    base = out[:ex.B]
-    allowed = tol.K * jitter
+    same, moved = torch.cat([x] * len(cuts)), torch.cat(changed)
+    same1, moved1, same2, moved2 = ctx.forwards_of(ex, [same, moved, same, moved])
+    allowed = tol.K * _jitter((same1, same2), (moved1, moved2))
     worst: tuple[float, int, tuple[int, ...] | None] = (0.0, -1, None)
     for i, t in enumerate(cuts):
-        rows = out[(i + 2) * ex.B:(i + 3) * ex.B]
-        err, index = tol.max_abs_diff(rows[:, :t + 1], base[:, :t + 1])
+        rows = slice(i * ex.B, (i + 1) * ex.B)
+        err, index = tol.max_abs_diff(moved1[rows, :t + 1], same1[rows, :t + 1])
         if err > worst[0]:
             worst = (err, t, index)
     err, t, index = worst
@@ -229,231 +266,194 @@ def check_causality(subject: Subject, ex: Example, run: _Run) -> Outcome:
         return _fail(f"changing inputs after position t={t} changed outputs at or before t by "
                      f"{err:.3g} (allowed {allowed:.3g}, the subject's own jitter x{tol.K:g})"
                      f"{_at(index)}: a future token leaks into the past.", err, allowed, index, t)
-    return {"kind": "pass"}
+    return Outcome(PASS)
 
 
-def check_prefix(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    module, x = _build(subject, ex), _inputs(ex)
-    lengths = sorted({t + 1 for t in _cuts(ex)})[-4:] or []
+def check_prefix(ctx: Context, ex: Example) -> Outcome:
+    lengths = sorted({t + 1 for t in _cuts(ex)})[-4:]
     if not lengths:
-        run.notes.append("T=1: no shorter prefix")
-        return {"kind": "pass"}
-    full = _forward(module, x, run)
+        return Outcome(PASS, notes=["T=1: no shorter prefix"])
+    x = _inputs(ex)
+    full, *parts = ctx.forwards_of(ex, [x, *(x[:, :n].contiguous() for n in lengths)])
     # The reference's own prefix discrepancy in this dtype is the yardstick.
-    weights = _reference_weights(x, ex)
-    ref_full = reference_attention(x, weights, ex.H)
-    scale = float(full.detach().abs().max()) if full.numel() else 1.0
-    for length in lengths:
-        part = _forward(module, x[:, :length].contiguous(), run)
-        err, index = tol.max_abs_diff(part, full[:, :length])
-        ref_part = reference_attention(x[:, :length].contiguous(), weights, ex.H)
-        yard = tol.max_abs_diff(ref_part, ref_full[:, :length])[0]
-        allowed = tol.allowed(yard, ex.dtype, scale)
+    weights = _reference_weights(ex)
+
+    def discrepancy(dtype: torch.dtype, n: int) -> float:
+        whole = _reference(x, weights, ex, dtype)
+        return tol.max_abs_diff(_reference(x[:, :n], weights, ex, dtype), whole[:, :n])[0]
+
+    scale = float(full.abs().max()) if full.numel() else 1.0
+    for n, part in zip(lengths, parts, strict=True):
+        err, index = tol.max_abs_diff(part, full[:, :n])
+        allowed = tol.allowed(discrepancy(x.dtype, n), ex.dtype, scale)
         if err > allowed:
-            return _fail(f"the output on the first {length} positions differs from the first "
-                         f"{length} positions of the full output (T={ex.T}) by {err:.3g} "
-                         f"(allowed {allowed:.3g}){_at(index)}.", err, allowed, index, length - 1)
-    return {"kind": "pass"}
+            precision = _only_float32_accurate(
+                ex, err, lambda n=n: discrepancy(torch.float32, n), scale)  # type: ignore[misc]
+            what = precision or "a prefix of the sequence must give the same outputs"
+            return _fail(f"the output on the first {n} positions differs from the first {n} "
+                         f"positions of the full output (T={ex.T}) by {err:.3g} (allowed "
+                         f"{allowed:.3g}){_at(index)}: {what}.", err, allowed, index, n - 1)
+    return Outcome(PASS)
 
 
-def _reference_weights(x: Tensor, ex: Example) -> dict[str, Tensor]:
-    gen = torch.Generator().manual_seed(ex.seed + 17)
-    bound = 1.0 / math.sqrt(ex.C)
-    return {key: ((torch.rand(ex.C, ex.C, generator=gen, dtype=torch.float64) * 2 - 1) * bound)
-            .to(device=x.device, dtype=x.dtype) for key in WEIGHT_KEYS}
-
-
-def check_batch_independence(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    module, x = _build(subject, ex), _inputs(ex)
+def check_batch_independence(ctx: Context, ex: Example) -> Outcome:
     if ex.B < 2:
-        run.notes.append("B=1: no other row")
-        return {"kind": "pass"}
-    out = _forward(module, x, run)
-    jitter = _jitter(module, x, out, run)
-    allowed = tol.K * jitter
+        return Outcome(PASS, notes=["B=1: no other row"])
+    x = _inputs(ex)
     others = x.clone()
     others[1:] = _inputs(ex, salt=2000)[1:]
     first = x.clone()
     first[0] = _inputs(ex, salt=3000)[0]
-    for changed, rows, what in ((others, slice(0, 1), "rows 1..B-1"),
-                                (first, slice(1, None), "row 0")):
-        moved = _forward(module, changed, run)
-        err, index = tol.max_abs_diff(moved[rows], out[rows])
+    # Every call has the shape of x and a row keeps its offset, so unchanged rows round alike.
+    out1, others1, first1, out2, others2, first2 = ctx.forwards_of(
+        ex, [x, others, first, x, others, first])
+    allowed = tol.K * _jitter((out1, out2), (others1, others2), (first1, first2))
+    for moved, rows, what in ((others1, slice(0, 1), "rows 1..B-1"),
+                              (first1, slice(1, None), "row 0")):
+        err, index = tol.max_abs_diff(moved[rows], out1[rows])
         if err > allowed:
             if index is not None and rows.start:
                 index = (index[0] + rows.start, *index[1:])
             return _fail(f"changing batch {what} changed another row's output by {err:.3g} "
-                         f"(allowed {allowed:.3g}){_at(index)}: batch rows must not interact.",
-                         err, allowed, index)
-    return {"kind": "pass"}
+                         f"(allowed {allowed:.3g}, the subject's own jitter x{tol.K:g})"
+                         f"{_at(index)}: batch rows must not interact.", err, allowed, index)
+    return Outcome(PASS)
 
 
-def check_determinism(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    module, x = _build(subject, ex), _inputs(ex)
-    out = _forward(module, x, run)
-    err, index = tol.max_abs_diff(_forward(module, x, run), out)
+def check_determinism(ctx: Context, ex: Example) -> Outcome:
+    x = _inputs(ex)
+    out, again = ctx.forwards_of(ex, [x, x])
+    err, index = tol.max_abs_diff(again, out)
     if err > 0:
         return _fail(f"the same input twice in eval mode gave outputs {err:.3g} apart"
                      f"{_at(index)} (dropout or other randomness left on?).", err, 0.0, index)
-    return {"kind": "pass"}
+    return Outcome(PASS)
 
 
-def check_input_unchanged(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    module, x = _build(subject, ex), _inputs(ex)
-    before = x.clone()
-    _forward(module, x, run, check_shape=False)
-    err, index = tol.max_abs_diff(x, before)
-    if err > 0 or x.shape != before.shape:
+def check_input_unchanged(ctx: Context, ex: Example) -> Outcome:
+    x = _inputs(ex)
+    (result,) = ctx.request(ex, [{"op": "forward", "x": x, "keep_input": True}])
+    after: Tensor = result["input"]
+    err, index = (tol.max_abs_diff(after, x) if after.shape == x.shape
+                  else (math.inf, None))
+    if err > 0:
         return _fail(f"forward modified its input in place by up to {err:.3g}{_at(index)}.",
                      err, 0.0, index)
-    return {"kind": "pass"}
+    return Outcome(PASS)
 
 
-def check_finite(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    module, x = _build(subject, ex), _inputs(ex)
-    out = _forward(module, x, run)
+def check_finite(ctx: Context, ex: Example) -> Outcome:
+    x = _inputs(ex)
+    (out,) = ctx.forwards_of(ex, [x])
     bad = ~torch.isfinite(out)
     if bool(bad.any()):
         index = tuple(int(i) for i in bad.nonzero()[0])
         return _fail(f"{int(bad.sum())} of {out.numel()} outputs are not finite (first "
                      f"{float(out[index]):g}{_at(index)}) for finite input with "
                      f"max|x|={float(x.abs().max()):.3g}.", None, None, index)
-    return {"kind": "pass"}
+    return Outcome(PASS)
 
 
-def _exported(subject: Subject, module: torch.nn.Module, ex: Example) -> dict[str, Tensor]:
-    assert subject.export_weights is not None
-    try:
-        exported = subject.export_weights(module)
-    except _subject_errors() as error:
-        raise SubjectFault(f"export_weights raised: {fault_text(error)}") from error
-    if not isinstance(exported, Mapping):
-        raise SubjectFault(f"export_weights returned {type(exported).__name__}, not a mapping "
-                           f"of {', '.join(WEIGHT_KEYS)} to tensors.")
-    weights = dict(exported)
-    missing = [k for k in WEIGHT_KEYS if k not in weights]
-    if missing:
-        raise SubjectFault(f"export_weights returned keys {sorted(weights)}; missing "
-                           f"{', '.join(missing)}.")
-    for key in (*WEIGHT_KEYS, *BIAS_KEYS):
-        if key not in weights:
-            continue
+def _checked_weights(result: Mapping[str, Any], ex: Example) -> dict[str, Tensor]:
+    weights: dict[str, Tensor] = result["weights"]
+    for key, value in weights.items():
         want = (ex.C, ex.C) if key.endswith("weight") else (ex.C,)
-        value = weights[key]
-        if not isinstance(value, Tensor) or tuple(value.shape) != want:
-            got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-            raise SubjectFault(f"export_weights: {key} is {got}, but must be {want} "
-                               f"(C = n_embd = {ex.C}, nn.Linear layout).")
-    return {k: weights[k] for k in (*WEIGHT_KEYS, *BIAS_KEYS) if k in weights}
+        if tuple(value.shape) != want:
+            raise SubjectFault(f"export_weights: {key} is {tuple(value.shape)}, but must be "
+                               f"{want} (C = n_embd = {ex.C}, nn.Linear layout).")
+    return weights
 
 
-def _cast(weights: Mapping[str, Tensor], dtype: torch.dtype, device: str) -> dict[str, Tensor]:
-    return {k: v.detach().to(device=device, dtype=dtype) for k, v in weights.items()}
-
-
-def check_oracle(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    if subject.export_weights is None:
-        return {"kind": "skip", "message": "the subject has no export_weights"}
-    module, x = _build(subject, ex), _inputs(ex)
-    weights = _exported(subject, module, ex)
-    out = _forward(module, x, run)
-    golden = reference_attention(x.to(torch.float64), _cast(weights, torch.float64, ex.device),
-                                 ex.H)
-    in_dtype = reference_attention(x, _cast(weights, x.dtype, ex.device), ex.H)
+def check_oracle(ctx: Context, ex: Example) -> Outcome:
+    x = _inputs(ex)
+    exported, result = ctx.request(ex, [{"op": "export"}, {"op": "forward", "x": x}])
+    weights = _checked_weights(exported, ex)
+    out = result["out"]
+    _same_layout(out, result["device"], x, ex.device)
+    golden = _reference(x, weights, ex, torch.float64)
     err, index = tol.max_abs_diff(out, golden)
-    yard = tol.max_abs_diff(in_dtype, golden)[0]
-    allowed = tol.allowed(yard, ex.dtype, float(golden.abs().max()))
+    yard = tol.max_abs_diff(_reference(x, weights, ex), golden)[0]
+    scale = float(golden.abs().max())
+    allowed = tol.allowed(yard, ex.dtype, scale)
     if err > allowed:
+        precision = _only_float32_accurate(ex, err, lambda: tol.max_abs_diff(
+            _reference(x, weights, ex, torch.float32), golden)[0], scale)
+        why = f": {precision}" if precision else "."
         return _fail(f"max|subject - reference| = {err:.3g}, allowed {allowed:.3g} "
                      f"({tol.K:g} x the reference's own {ex.dtype} error {yard:.3g} + floor)"
-                     f"{_at(index)}.", err, allowed, index)
-    return {"kind": "pass"}
+                     f"{_at(index)}{why}", err, allowed, index)
+    return Outcome(PASS)
 
 
-def _grads(fn: Callable[[Tensor, dict[str, Tensor]], Tensor], x: Tensor,
-           weights: dict[str, Tensor], cotangent: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-    x = x.detach().requires_grad_(True)
-    leaves = {k: v.detach().requires_grad_(True) for k, v in weights.items()}
-    out = fn(x, leaves)
-    grads = torch.autograd.grad(out, [x, *leaves.values()], cotangent.to(out.dtype))
-    return grads[0], dict(zip(leaves, grads[1:], strict=True))
+def _reference_grads(x: Tensor, weights: Mapping[str, Tensor], cotangent: Tensor, ex: Example,
+                     dtype: torch.dtype) -> tuple[Tensor, dict[str, Tensor]]:
+    """d(reference)/d(x) and d(reference)/d(weights) in `dtype`, against `cotangent`."""
+    with torch.enable_grad():
+        xs = x.to(device=ex.device, dtype=dtype).requires_grad_(True)
+        leaves = {k: v.requires_grad_(True) for k, v in _cast(weights, dtype, ex.device).items()}
+        out = reference_attention(xs, leaves, ex.H)
+        grads = torch.autograd.grad(out, [xs, *leaves.values()],
+                                    cotangent.to(device=ex.device, dtype=dtype))
+    return grads[0].cpu(), {k: g.cpu() for k, g in zip(leaves, grads[1:], strict=True)}
 
 
-def check_oracle_grad(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    if subject.export_weights is None:
-        return {"kind": "skip", "message": "the subject has no export_weights"}
-    module, x = _build(subject, ex), _inputs(ex)
-    x = x.detach().requires_grad_(True)
-    cotangent = _inputs(ex, salt=4000)
-    params = [p for p in module.parameters() if p.requires_grad]
-    out = _forward(module, x, run, grad=True)
-    try:
-        got = torch.autograd.grad(out, [x, *params], cotangent, allow_unused=True)
-    except _subject_errors() as error:
-        raise SubjectFault(f"backward raised: {fault_text(error)}") from error
-    gx = got[0]
+def check_oracle_grad(ctx: Context, ex: Example) -> Outcome:
+    x, cotangent = _inputs(ex), _inputs(ex, salt=4000)
+    result, exported = ctx.request(ex, [{"op": "grad", "x": x, "cotangent": cotangent,
+                                         "params": True}, {"op": "export"}])
+    weights = _checked_weights(exported, ex)
+    gx: Tensor | None = result["grad_x"]
     if gx is None:
         return _fail("the output does not depend on the input through autograd.")
-    weights = _exported(subject, module, ex)
-
-    def ref(x_: Tensor, w: dict[str, Tensor]) -> Tensor:
-        return reference_attention(x_, w, ex.H)
-
-    gold_x, gold_w = _grads(ref, x.to(torch.float64), _cast(weights, torch.float64, ex.device),
-                            cotangent.to(torch.float64))
-    dt_x, dt_w = _grads(ref, x, _cast(weights, x.dtype, ex.device), cotangent)
+    gold_x, gold_w = _reference_grads(x, weights, cotangent, ex, torch.float64)
+    dt_x, dt_w = _reference_grads(x, weights, cotangent, ex, x.dtype)
     err, index = tol.max_abs_diff(gx, gold_x)
     yard = tol.max_abs_diff(dt_x, gold_x)[0]
     allowed = tol.allowed(yard, ex.dtype, float(gold_x.abs().max()))
     if err > allowed:
         return _fail(f"d(output)/d(input): max|subject - reference| = {err:.3g}, allowed "
                      f"{allowed:.3g}{_at(index)}.", err, allowed, index)
-    connected = {k: v for k, v in weights.items() if v.requires_grad}
+    connected = set(exported["connected"])
     if not connected:
-        run.notes.append("export_weights is detached: weight gradients skipped")
-        return {"kind": "pass"}
-    # Map the reference's gradients (protocol layout) onto the subject's parameters.
-    keys = list(connected)
-    mapped = []
-    for grads in (gold_w, dt_w):
-        weights_now = _exported(subject, module, ex)
-        outs = [weights_now[k] for k in keys]
-        mapped.append(torch.autograd.grad(
-            outs, params, [grads[k].to(outs[i].dtype) for i, k in enumerate(keys)],
-            allow_unused=True))
-    for i, p in enumerate(params):
-        if mapped[0][i] is None:
+        return Outcome(PASS, notes=["export_weights is detached: weight gradients skipped"])
+    # The reference's weight gradients (protocol layout), mapped onto the subject's parameters.
+    gold_p, dt_p = ctx.request(None, [
+        {"op": "pullback", "grads": {k: v for k, v in gold_w.items() if k in connected}},
+        {"op": "pullback", "grads": {k: v for k, v in dt_w.items() if k in connected}}])
+    mine: dict[str, Tensor | None] = result["params"]
+    for name, gold in gold_p["params"].items():
+        if gold is None:
             continue
-        mine = got[i + 1] if got[i + 1] is not None else torch.zeros_like(p)
-        err, index = tol.max_abs_diff(mine, mapped[0][i])
-        yard = tol.max_abs_diff(mapped[1][i], mapped[0][i])[0]
-        allowed = tol.allowed(yard, ex.dtype, float(mapped[0][i].abs().max()))
+        got = mine.get(name)
+        got = torch.zeros_like(gold) if got is None else got
+        err, where = tol.max_abs_diff(got, gold)
+        yard = tol.max_abs_diff(dt_p["params"][name], gold)[0]
+        allowed = tol.allowed(yard, ex.dtype, float(gold.abs().max()))
         if err > allowed:
-            shape = tuple(p.shape)
-            return _fail(f"d(output)/d(parameter of shape {shape}): max|subject - reference| = "
-                         f"{err:.3g}, allowed {allowed:.3g} at index {index}.", err, allowed)
-    return {"kind": "pass"}
+            return _fail(f"d(output)/d({name}, shape {tuple(gold.shape)}): max|subject - "
+                         f"reference| = {err:.3g}, allowed {allowed:.3g} at index {where}.",
+                         err, allowed)
+    return Outcome(PASS)
 
 
-def check_grad_causality(subject: Subject, ex: Example, run: _Run) -> Outcome:
-    module = _build(subject, ex)
+def check_grad_causality(ctx: Context, ex: Example) -> Outcome:
     cuts = _cuts(ex)
     if not cuts:
-        run.notes.append("T=1: nothing after any position")
-        return {"kind": "pass"}
+        return Outcome(PASS, notes=["T=1: nothing after any position"])
     x = _inputs(ex)
     # One backward for every cut: copy i of x carries a cotangent on positions <= t_i only.
-    stacked = torch.cat([x] * len(cuts), dim=0).detach().requires_grad_(True)
+    stacked = torch.cat([x] * len(cuts))
     cotangent = torch.zeros_like(stacked)
     noise = _inputs(ex, salt=5000, shape=tuple(stacked.shape))
     for i, t in enumerate(cuts):
         rows = slice(i * ex.B, (i + 1) * ex.B)
         cotangent[rows, :t + 1] = noise[rows, :t + 1]
-    out = _forward(module, stacked, run, grad=True)
-    try:
-        (grad,) = torch.autograd.grad(out, [stacked], cotangent)
-    except _subject_errors() as error:
-        raise SubjectFault(f"backward raised: {fault_text(error)}") from error
+    (result,) = ctx.request(ex, [{"op": "grad", "x": stacked, "cotangent": cotangent}])
+    _same_layout(result["out"], result["device"], stacked, ex.device)
+    grad: Tensor | None = result["grad_x"]
+    if grad is None:
+        raise SubjectFault("the output does not depend on the input through autograd, so "
+                           "its gradients cannot be checked.")
     for i, t in enumerate(cuts):
         future = grad[i * ex.B:(i + 1) * ex.B, t + 1:]
         err, index = tol.max_abs_diff(future, torch.zeros_like(future))
@@ -462,54 +462,69 @@ def check_grad_causality(subject: Subject, ex: Example, run: _Run) -> Outcome:
             index = (index[0], index[1] + t + 1, index[2])
             return _fail(f"the gradient of outputs at or before t={t} w.r.t. inputs after t is "
                          f"{err:.3g}, but must be 0{_at(index)}.", err, 0.0, index, t)
-    return {"kind": "pass"}
+    return Outcome(PASS)
 
 
-def check_device_agreement(subject: Subject, ex: Example, run: _Run) -> Outcome:
+def check_device_agreement(ctx: Context, ex: Example) -> Outcome:
     if not torch.cuda.is_available():
-        return {"kind": "skip", "message": "no CUDA device"}
+        return Outcome("skip", "no CUDA device")
     cpu = Example(**{**ex.to_json(), "device": "cpu", "cuts": ()})
     gpu = Example(**{**ex.to_json(), "device": "cuda", "cuts": ()})
-    out_cpu = _forward(_build(subject, cpu), _inputs(cpu), run)
-    out_gpu = _forward(_build(subject, gpu), _inputs(gpu), run)
-    weights = _reference_weights(_inputs(cpu), cpu)
-    ref_cpu = reference_attention(_inputs(cpu), weights, ex.H)
-    ref_gpu = reference_attention(_inputs(gpu), _cast(weights, ref_cpu.dtype, "cuda"), ex.H)
-    yard = tol.max_abs_diff(ref_cpu, ref_gpu.cpu())[0]
-    err, index = tol.max_abs_diff(out_cpu, out_gpu.cpu())
+    x = _inputs(cpu)
+    (out_cpu,) = ctx.forwards_of(cpu, [x])
+    (out_gpu,) = ctx.forwards_of(gpu, [x.to("cuda")])
+    weights = _reference_weights(cpu)
+    yard = tol.max_abs_diff(_reference(x, weights, cpu), _reference(x, weights, gpu))[0]
+    err, index = tol.max_abs_diff(out_cpu, out_gpu)
     allowed = tol.allowed(yard, ex.dtype, float(out_cpu.abs().max()))
     if err > allowed:
         return _fail(f"CPU and CUDA outputs differ by {err:.3g} (allowed {allowed:.3g})"
                      f"{_at(index)}.", err, allowed, index)
-    return {"kind": "pass"}
+    return Outcome(PASS)
 
 
-CHECKS: dict[str, Callable[[Subject, Example, _Run], Outcome]] = {
-    "width": check_width,
-    "dtype": check_dtype,
-    "divisibility": check_divisibility,
-    "causality": check_causality,
-    "prefix": check_prefix,
-    "batch_independence": check_batch_independence,
-    "determinism": check_determinism,
-    "input_unchanged": check_input_unchanged,
-    "finite": check_finite,
-    "oracle": check_oracle,
-    "oracle_grad": check_oracle_grad,
-    "grad_causality": check_grad_causality,
-    "device_agreement": check_device_agreement,
-}
-assert tuple(CHECKS) == PROPERTY_IDS
+# ---- the table -------------------------------------------------------------------------------
 
 
-def run_check(subject: Subject, prop: str, ex: Example) -> Outcome:
-    """Run one property on one example; subject faults become `error` outcomes."""
-    run = _Run()
+@dataclass(frozen=True)
+class Property:
+    """One property: its stable id, what it needs from the subject and the draw, its check."""
+
+    id: str
+    check: Callable[[Context, Example], Outcome]
+    needs_export: bool = False
+    uses_cuts: bool = False
+    min_batch: int = 1
+    needs_cuda: bool = False
+    invalid_configs: bool = False  # draws configurations that build must refuse
+    scaled_inputs: bool = False  # draws input scales beyond 1
+
+
+PROPERTIES: tuple[Property, ...] = (
+    Property("width", check_width),
+    Property("dtype", check_dtype),
+    Property("divisibility", check_divisibility, invalid_configs=True),
+    Property("causality", check_causality, uses_cuts=True),
+    Property("prefix", check_prefix, uses_cuts=True),
+    Property("batch_independence", check_batch_independence, min_batch=2),
+    Property("determinism", check_determinism),
+    Property("input_unchanged", check_input_unchanged),
+    Property("finite", check_finite, scaled_inputs=True),
+    Property("oracle", check_oracle, needs_export=True),
+    Property("oracle_grad", check_oracle_grad, needs_export=True),
+    Property("grad_causality", check_grad_causality, uses_cuts=True),
+    Property("device_agreement", check_device_agreement, needs_cuda=True),
+)
+PROPERTY_IDS: tuple[str, ...] = tuple(p.id for p in PROPERTIES)
+BY_ID: dict[str, Property] = {p.id: p for p in PROPERTIES}
+
+
+def run_check(executor: Executor, prop: str, ex: Example) -> Outcome:
+    """Run one property on one example; the subject's faults become `error` outcomes."""
+    ctx = Context(executor)
     try:
-        outcome = CHECKS[prop](subject, ex, run)
+        outcome = BY_ID[prop].check(ctx, ex)
     except SubjectFault as fault:
-        outcome = {"kind": "error", "message": str(fault)}
-    outcome["forwards"] = run.forwards
-    if run.notes:
-        outcome["notes"] = run.notes
+        outcome = Outcome("error", str(fault))
+    outcome.forwards = ctx.forwards
     return outcome

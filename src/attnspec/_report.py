@@ -40,6 +40,9 @@ class PropertyResult:
     notes: list[str] = field(default_factory=list)
     # What the examples covered: [min, max] of B, T, C, H, distinct shapes, runs per dtype/device.
     drawn: dict[str, Any] | None = None
+    # The largest violation seen among all examples (measured, allowed, message, example), so a
+    # leak that shrinking squashed to noise size still reads as the leak it was.
+    largest: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -136,6 +139,12 @@ class Report:
             lines += ["", f"{p.id}: {p.verdict}: {p.message}"]
             if p.replay:
                 lines.append(f"  replay: {p.replay}")
+            big = p.largest
+            if big is not None:  # shrinking may have squashed a real leak to noise size
+                shown = _short(big["example"], None)
+                lines.append(f"  largest violation seen: {big['measured']:.3g} (allowed "
+                             f"{big['allowed']:.3g}) at {shown}")
+                lines.append(f"  replay: {big['replay']}")
         # Messages quote the subject's own exceptions: its escape codes must not drive the tty.
         return "\n".join(printable(line.rstrip()) for line in lines)
 

@@ -1,30 +1,42 @@
 """Running a subject in a supervised worker process.
 
-The subject is user code that may raise, hang or kill its process. It runs in a child process
-(spawned, so a CUDA context never crosses a fork); the parent sends one example at a time and
-waits with a timeout. A hang or a crash costs that example only: the parent records it, kills
-the child if needed, and starts a fresh one for the next call.
+The subject is user code that may raise, hang, kill its process or spawn processes of its own.
+It runs in a child process started with `python -c` (not multiprocessing: the user's __main__ is
+never re-imported, and the subject may use multiprocessing itself), in a process group of its
+own. The parent sends one request at a time over a socket, in the wire format (no pickle), and
+waits with a timeout. A hang or a crash costs that request only: the parent kills the whole
+group and starts a fresh worker for the next call. The worker kills its group as soon as its
+parent is gone, so nothing it started outlives the run, even if the runner is SIGKILLed.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import atexit
 import os
 import signal
+import socket
+import subprocess
+import sys
+import threading
 import time
-from dataclasses import dataclass
+import weakref
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from ._errors import TargetError
-from ._properties import Example, Outcome, run_check
-from ._subject import fault_text
+from ._execute import Executed, execute
+from ._subject import Subject, fault_text
+from ._wire import WireError, decode, encode
 
-__all__ = ["Executor", "InProcess", "SubjectCrash", "Worker", "grid"]
+__all__ = ["Executor", "InProcess", "SubjectCrash", "SubjectInfo", "Worker", "grid"]
 
 # The (C, H) pairs that generation can draw (H 1..8, D 1..16): `supports` is asked about each once.
 GRID_H = range(1, 9)
 GRID_D = range(1, 17)
+# How often the worker checks that its parent is still there.
+_PARENT_POLL = 0.5
 
 
 def grid() -> list[tuple[int, int]]:
@@ -32,7 +44,7 @@ def grid() -> list[tuple[int, int]]:
 
 
 class SubjectCrash(Exception):
-    """The worker died or hung on an example; `kind` is `crash` or `timeout`."""
+    """The worker died or hung on a request; `kind` is `crash` or `timeout`."""
 
     def __init__(self, kind: str, message: str, *, ran: bool = True) -> None:
         super().__init__(message)
@@ -40,60 +52,114 @@ class SubjectCrash(Exception):
         self.ran = ran  # False: no worker could be started, so the example never ran
 
 
-def _describe_subject(target: str) -> dict[str, Any]:
-    """Load TARGET and tell the parent what it provides (the worker's first answer)."""
-    import torch
+@dataclass(frozen=True)
+class SubjectInfo:
+    """What a loaded subject provides, as the worker reports it to the runner."""
 
+    name: str
+    origin: str
+    has_export: bool
+    dtypes: tuple[str, ...] | None
+    supported: tuple[tuple[int, int], ...] | None
+    cuda: bool
+
+    @classmethod
+    def of(cls, subject: Subject) -> SubjectInfo:
+        import torch
+
+        supported = None
+        if subject.supports is not None:
+            try:
+                supported = tuple((c, h) for c, h in grid() if subject.supports(c, h))
+            except BaseException as error:  # noqa: BLE001 - while loading, all is the TARGET's
+                raise TargetError(f"TARGET {subject.target!r}: supports() raised "
+                                  f"{fault_text(error)}") from None
+        return cls(name=subject.name, origin=subject.origin,
+                   has_export=subject.export_weights is not None, dtypes=subject.dtypes,
+                   supported=supported, cuda=torch.cuda.is_available())
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SubjectInfo:
+        supported = data["supported"]
+        return cls(name=str(data["name"]), origin=str(data["origin"]),
+                   has_export=bool(data["has_export"]),
+                   dtypes=None if data["dtypes"] is None else tuple(map(str, data["dtypes"])),
+                   supported=None if supported is None else tuple(
+                       (int(c), int(h)) for c, h in supported),
+                   cuda=bool(data["cuda"]))
+
+
+class Executor(Protocol):
+    info: SubjectInfo
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+# ---- the worker's side ------------------------------------------------------------------------
+
+
+def _watch_parent(parent: int) -> None:
+    """End the whole process group once the runner is gone (killed, even by SIGKILL)."""
+    while True:
+        time.sleep(_PARENT_POLL)
+        if os.getppid() != parent:
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def main(fd: int, parent: int) -> None:
+    """The worker process: load the subject, then answer requests until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the runner, not a subject
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    _serve(Connection(fd))
+    # Stopped, or the runner is gone: whatever the subject started goes with this process.
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _serve(conn: Connection) -> None:
+    try:
+        _answer(conn)
+    except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+        return  # the runner is gone (killed, or stopped us mid-request): nobody left to tell
+
+
+def _answer(conn: Connection) -> None:
     from ._subject import load_subject
 
-    subject = load_subject(target)
-    supported: list[tuple[int, int]] | None = None
-    if subject.supports is not None:
-        try:
-            supported = [(c, h) for c, h in grid() if subject.supports(c, h)]
-        except BaseException as error:  # noqa: BLE001 - while loading, all is the TARGET's
-            raise TargetError(f"TARGET {target!r}: supports() raised "
-                              f"{fault_text(error)}") from None
-    return {"subject": subject, "meta": {
-        "name": subject.name, "origin": subject.origin,
-        "has_export": subject.export_weights is not None,
-        "dtypes": list(subject.dtypes) if subject.dtypes is not None else None,
-        "supported": supported, "cuda": torch.cuda.is_available()}}
-
-
-def _serve(conn: Connection, target: str) -> None:
-    """The worker's main loop: load the subject, then answer check requests until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, not a subject
-    os.dup2(2, 1)  # the subject's prints go to stderr: stdout is the verdict table's
+    hello = decode(conn.recv_bytes())
+    sys.path[:] = [p for p in hello["sys_path"] if isinstance(p, str)]
+    target = hello["target"]
     try:
-        _answer(conn, target)
-    except (BrokenPipeError, ConnectionResetError, EOFError):
-        return  # the parent is gone (killed, or stopped us mid-example): nobody left to tell
-
-
-def _answer(conn: Connection, target: str) -> None:
-    try:
-        loaded = _describe_subject(target)
+        subject = load_subject(target)
+        info = SubjectInfo.of(subject)
     except TargetError as error:
-        conn.send(("target_error", str(error)))
+        conn.send_bytes(encode({"kind": "target_error", "message": str(error)}))
         return
     except BaseException as error:  # anything else while loading is still the TARGET's fault
-        conn.send(("target_error", f"TARGET {target!r} failed to load: "
-                                   f"{fault_text(error)}"))
+        conn.send_bytes(encode({"kind": "target_error", "message":
+                                f"TARGET {target!r} failed to load: {fault_text(error)}"}))
         return
-    conn.send(("ready", loaded["meta"]))
-    subject = loaded["subject"]
+    conn.send_bytes(encode({"kind": "ready", "info": asdict(info)}))
+    state = Executed(subject)
     while True:
-        request = conn.recv()
-        if request[0] == "stop":
+        request = decode(conn.recv_bytes())
+        if request.get("stop"):
             return
-        _, prop, example = request
         try:
-            outcome = run_check(subject, prop, Example.from_json(example))
+            answer = execute(state, request)
         except BaseException as error:  # attnspec's own bug: report it, do not die silently
-            outcome = {"kind": "error", "message": "internal error in attnspec: "
-                       + fault_text(error)}
-        conn.send(("outcome", outcome))
+            answer = {"kind": "error", "message": "internal error in attnspec: "
+                      + fault_text(error)}
+        try:
+            data = encode(answer)
+        except BaseException as error:  # noqa: BLE001 - an answer that cannot be sent says why
+            data = encode({"kind": "error", "message": "the answer could not be sent: "
+                           + fault_text(error)})
+        conn.send_bytes(data)
+
+
+# ---- the runner's side ------------------------------------------------------------------------
 
 
 def _run_delay(pid: int) -> float | None:
@@ -125,14 +191,6 @@ def _wait(conn: Connection, pid: int, timeout: float) -> bool:
         deadline, delay = min(deadline + (now - delay), latest), now
 
 
-class Executor(Protocol):
-    meta: dict[str, Any]
-
-    def check(self, prop: str, example: Example) -> Outcome: ...
-
-    def close(self) -> None: ...
-
-
 def _signal_name(code: int | None) -> str:
     if code is None:
         return "no exit code"
@@ -144,33 +202,69 @@ def _signal_name(code: int | None) -> str:
     return f"exit code {code}"
 
 
-@dataclass
+def _open_fd(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+_LIVE: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+
+@atexit.register
+def _kill_live_workers() -> None:
+    for worker in list(_LIVE):
+        worker._kill()
+
+
+_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from attnspec._worker import main; "
+         "main(int(sys.argv[2]), int(sys.argv[3]))")
+
+
 class Worker:
-    """The parent's handle on a worker process running TARGET."""
+    """The runner's handle on a worker process running TARGET."""
 
-    target: str
-    timeout: float = 30.0
-    start_timeout: float = 300.0
-
-    def __post_init__(self) -> None:
-        self._process: Any = None
+    def __init__(self, target: str, *, timeout: float = 30.0,
+                 start_timeout: float = 300.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.start_timeout = start_timeout
+        self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
-        self.meta: dict[str, Any] = {}
         self.restarts = -1
         self._restart_error: str | None = None
-        self._start()
+        _LIVE.add(self)
+        self.info = self._start()
 
-    def _start(self) -> None:
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        process = ctx.Process(target=_serve, args=(child, self.target), daemon=True,
-                              name="attnspec-worker")
-        process.start()
-        child.close()
-        self._process, self._conn = process, parent
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], Connection]:
+        ours, theirs = socket.socketpair()
+        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        # The subject's prints go to stderr: stdout is the verdict table's.
+        err: Any = None if _open_fd(2) else subprocess.DEVNULL
+        out: Any = 2 if err is None else subprocess.DEVNULL
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, package_parent, str(theirs.fileno()),
+                 str(os.getpid())],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(theirs.fileno(),),
+                start_new_session=True)  # its own process group, killed as one
+        finally:
+            theirs.close()
+        return process, Connection(ours.detach())
+
+    def _start(self) -> SubjectInfo:
+        process, conn = self._spawn()
+        self._process, self._conn = process, conn
         self.restarts += 1
         try:
-            loaded = parent.poll(self.start_timeout)
+            conn.send_bytes(encode({"target": self.target, "sys_path": list(sys.path)}))
+            loaded = conn.poll(self.start_timeout)
         except BaseException:  # Ctrl-C while the subject loads: leave no worker behind
             self._kill()
             raise
@@ -179,96 +273,107 @@ class Worker:
             raise TargetError(f"TARGET {self.target!r} did not finish loading within "
                               f"{self.start_timeout:g} s.")
         try:
-            kind, payload = parent.recv()
-        except EOFError:
-            process.join(5)
-            code = process.exitcode
-            self._kill()
+            answer = decode(conn.recv_bytes())
+        except (EOFError, OSError, WireError):
+            code = self._reap()
             raise TargetError(f"TARGET {self.target!r} killed its process while loading "
                               f"({_signal_name(code)}).") from None
-        if kind == "target_error":
+        if answer.get("kind") != "ready":
             self._kill()
-            raise TargetError(payload)
-        self.meta = payload
+            raise TargetError(str(answer.get("message", answer)))
+        return SubjectInfo.from_json(answer["info"])
+
+    def _reap(self) -> int | None:
+        """Wait briefly for a dying worker's exit code, then clear up its group."""
+        code = None
+        if self._process is not None:
+            try:
+                code = self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        self._kill()
+        return code
 
     def _kill(self) -> None:
-        if self._process is not None and self._process.is_alive():
-            self._process.kill()
-        if self._process is not None:
-            self._process.join(10)
+        process, self._process = self._process, None
+        if process is not None:
+            try:  # the group: the worker and whatever the subject spawned
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
         if self._conn is not None:
             self._conn.close()
-        self._process, self._conn = None, None
+        self._conn = None
 
-    def check(self, prop: str, example: Example) -> Outcome:
-        if self._process is None or not self._process.is_alive():
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self._process is None or self._process.poll() is not None:
             self._kill()
             if self._restart_error is not None:
                 raise SubjectCrash("crash", self._restart_error, ran=False)
             try:
                 self._start()
             except TargetError as error:  # verdicts so far stand; the rest say why they stop
-                self._restart_error = (f"the worker could not be restarted on "
-                                       f"{example.describe()}: {error}")
+                self._restart_error = f"the worker could not be restarted: {error}"
                 raise SubjectCrash("crash", self._restart_error, ran=False) from None
-        assert self._conn is not None
-        self._conn.send(("check", prop, example.to_json()))
+        assert self._conn is not None and self._process is not None
+        try:
+            self._conn.send_bytes(encode(request))
+        except OSError:
+            pass  # it died since the last answer: the receive below says how
         if not _wait(self._conn, self._process.pid, self.timeout):
             self._kill()
-            raise SubjectCrash("timeout", f"no answer within --timeout {self.timeout:g} s on "
-                               f"{example.describe()}; the worker was killed and restarted.")
+            raise SubjectCrash("timeout", f"no answer within --timeout {self.timeout:g} s; "
+                               "the worker was killed and restarted.")
         try:
-            kind, outcome = self._conn.recv()
-        except (EOFError, ConnectionError, OSError):
-            self._process.join(10)
-            code = self._process.exitcode
+            return dict(decode(self._conn.recv_bytes()))
+        except (EOFError, OSError):
+            code = self._reap()
+            raise SubjectCrash("crash", f"the subject killed its process ({_signal_name(code)});"
+                               " the worker was restarted.") from None
+        except WireError as error:
             self._kill()
-            raise SubjectCrash("crash", f"the subject killed its process ({_signal_name(code)}) "
-                               f"on {example.describe()}; the worker was restarted.") from None
-        return dict(outcome)
+            raise SubjectCrash("crash", f"the worker sent something that is not an answer "
+                               f"({error}); it was killed and restarted.") from None
 
     def close(self) -> None:
-        if self._conn is not None and self._process is not None and self._process.is_alive():
+        if self._conn is not None and self._process is not None and self._process.poll() is None:
             try:
-                self._conn.send(("stop",))
-                self._process.join(5)
-            except (OSError, ValueError):
+                self._conn.send_bytes(encode({"stop": True}))
+                self._process.wait(5)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
                 pass
         self._kill()
+        _LIVE.discard(self)
 
 
 class InProcess:
     """Runs the subject in this process: for Python objects as TARGET, and for speed in tests.
 
-    No protection from hangs or crashes here.
+    No protection from hangs or crashes, and no trust boundary: the subject shares the judge's
+    process. Requests and answers still go through the wire format, so both paths see the same
+    fresh tensors.
     """
 
     def __init__(self, target: Any) -> None:
-        from ._subject import Subject, load_subject
+        from ._subject import load_subject
 
-        if isinstance(target, str):
-            self.subject = load_subject(target)
-        else:
-            self.subject = _subject_from_object(target, Subject)
-        loaded = self.subject
-        supported = None
-        if loaded.supports is not None:
-            supported = [(c, h) for c, h in grid() if loaded.supports(c, h)]
-        import torch
+        subject = load_subject(target) if isinstance(target, str) else _subject_from_object(
+            target)
+        self.info = SubjectInfo.of(subject)
+        self._state = Executed(subject)
 
-        self.meta: dict[str, Any] = {"name": loaded.name, "origin": loaded.origin,
-                     "has_export": loaded.export_weights is not None,
-                     "dtypes": list(loaded.dtypes) if loaded.dtypes is not None else None,
-                     "supported": supported, "cuda": torch.cuda.is_available()}
-
-    def check(self, prop: str, example: Example) -> Outcome:
-        return run_check(self.subject, prop, example)
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        return dict(decode(encode(execute(self._state, decode(encode(request))))))
 
     def close(self) -> None:
         pass
 
 
-def _subject_from_object(obj: Any, subject_cls: Any) -> Any:
+def _subject_from_object(obj: Any) -> Subject:
     import torch
 
     from ._subject import dtype_name
@@ -276,18 +381,11 @@ def _subject_from_object(obj: Any, subject_cls: Any) -> Any:
     build = getattr(obj, "build", None) or (obj if callable(obj) else None)
     if build is None or not callable(build):
         raise TargetError(f"TARGET {obj!r} has no build(n_embd, n_head) and is not callable.")
-    declared = getattr(obj, "DTYPES", None)
+    declared: Sequence[Any] | None = getattr(obj, "DTYPES", None)
     dtypes = (tuple(dtype_name(d) for d in declared if isinstance(d, torch.dtype))
               if declared is not None else None)
     name = getattr(obj, "__name__", type(obj).__name__)
-    return subject_cls(target=str(name), name=str(name), build=build,
-                       export_weights=getattr(obj, "export_weights", None),
-                       supports=getattr(obj, "supports", None), dtypes=dtypes,
-                       origin=str(getattr(obj, "__file__", name)))
-
-
-def worker_pid(worker: Worker) -> int | None:
-    """For tests: the pid of the current worker process."""
-    process = worker._process
-    return None if process is None else int(process.pid)
-
+    return Subject(target=str(name), name=str(name), build=build,
+                   export_weights=getattr(obj, "export_weights", None),
+                   supports=getattr(obj, "supports", None), dtypes=dtypes,
+                   origin=str(getattr(obj, "__file__", name)))

@@ -1,0 +1,219 @@
+"""What the worker does with a subject: build, run, export its weights. Nothing is judged here.
+
+The runner sends a request: an optional build (the configuration, seed, dtype and device) and a
+list of steps, with every input tensor it wants run. The worker answers with the tensors the
+subject produced, or with the subject's fault. The reference, the tolerance and every comparison
+stay in the runner (docs/design.md, trust model), so a subject that monkeypatches torch or
+attnspec in its own process changes only its own outputs, never a verdict.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._reference import BIAS_KEYS, WEIGHT_KEYS
+from ._subject import Subject, dtype_from_name, fault_text
+
+__all__ = ["Executed", "execute", "reset_torch_state"]
+
+
+class _Fault(Exception):
+    """The subject raised or returned something unusable; the answer is an `error`."""
+
+
+def _subject_error(error: BaseException) -> bool:
+    """Whether the subject may be blamed for `error`: anything its code raised, except Ctrl-C
+    where Ctrl-C belongs to this process (in the worker SIGINT is ignored, so it is its own)."""
+    if isinstance(error, KeyboardInterrupt):
+        return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    return True
+
+
+@dataclass
+class Executed:
+    """The worker's state between requests: the module built for the current example."""
+
+    subject: Subject
+    module: torch.nn.Module | None = None
+    device: str = "cpu"
+
+
+def reset_torch_state() -> None:
+    """Undo global torch state a subject may have changed at import or in a previous example,
+    so that one subject's side effects cannot make the next example fail."""
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(torch.float32)
+    if hasattr(torch, "set_default_device"):
+        torch.set_default_device(None)
+
+
+def _call(what: str, fn: Any, *args: Any) -> Any:
+    """fn(*args), the subject's code; what it raises becomes a fault that starts with `what`."""
+    try:
+        return fn(*args)
+    except BaseException as error:
+        if not _subject_error(error):
+            raise
+        raise _Fault(f"{what}: {fault_text(error)}") from None
+
+
+def _build(state: Executed, spec: Mapping[str, Any]) -> None:
+    C, H = int(spec["n_embd"]), int(spec["n_head"])
+    dtype, device = dtype_from_name(spec["dtype"]), str(spec["device"])
+    state.module, state.device = None, device
+    reset_torch_state()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(spec["seed"]))  # the same example builds the same weights on replay
+        try:
+            module = state.subject.build(C, H)
+        except BaseException as error:
+            if not _subject_error(error):
+                raise
+            raise _Fault(f"build({C}, {H}) raised for a valid configuration: "
+                         f"{fault_text(error)}") from None
+    if not isinstance(module, torch.nn.Module):
+        raise _Fault(f"build({C}, {H}) returned {type(module).__name__}, not a "
+                     "torch.nn.Module.")
+    _call(f".eval().to({device}, {spec['dtype']}) raised",
+          lambda: module.eval().to(device=device, dtype=dtype))
+    state.module = module
+
+
+def _tensor_out(out: Any, x: Tensor) -> Tensor:
+    if isinstance(out, Tensor):
+        return out
+    hint = ""
+    if isinstance(out, tuple):
+        hint = (" (a tuple, as nn.MultiheadAttention returns (output, weights): return only "
+                "the output tensor)")
+    raise _Fault(f"forward returned {type(out).__name__}{hint}, not a Tensor.")
+
+
+def _sendable(what: str, value: Tensor) -> Tensor:
+    if value.device.type == "meta":
+        raise _Fault(f"{what} is on the meta device (shape {tuple(value.shape)}): it holds no "
+                     "values to compare.")
+    if value.is_complex() or not (value.is_floating_point() or value.dtype == torch.bool):
+        raise _Fault(f"{what} is a {value.dtype} tensor; attnspec compares floating tensors.")
+    return value.detach().to("cpu")
+
+
+def _forward(module: torch.nn.Module, x: Tensor, grad: bool) -> Tensor:
+    def run() -> Any:
+        with torch.set_grad_enabled(grad):
+            return module(x)
+
+    out = _call(f"forward raised on input of shape {tuple(x.shape)}", run)
+    return _tensor_out(out, x)
+
+
+def _parameters(module: torch.nn.Module) -> list[tuple[str, Tensor]]:
+    named = _call("module.named_parameters() raised", lambda: list(module.named_parameters()))
+    return [(n, p) for n, p in named if isinstance(p, Tensor) and p.requires_grad]
+
+
+def _export(subject: Subject, module: torch.nn.Module) -> dict[str, Tensor]:
+    """The exported tensors, still attached to the module (for pullbacks)."""
+    if subject.export_weights is None:
+        raise _Fault("the subject has no export_weights")
+    exported = _call("export_weights raised", subject.export_weights, module)
+    if not isinstance(exported, Mapping):
+        raise _Fault(f"export_weights returned {type(exported).__name__}, not a mapping of "
+                     f"{', '.join(WEIGHT_KEYS)} to tensors.")
+    weights = _call("iterating export_weights' mapping raised", lambda: dict(exported.items()))
+    missing = [k for k in WEIGHT_KEYS if k not in weights]
+    if missing:
+        keys = sorted(map(str, weights))
+        raise _Fault(f"export_weights returned keys {keys}; missing {', '.join(missing)}.")
+    out = {}
+    for key in (*WEIGHT_KEYS, *BIAS_KEYS):
+        value = weights.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, Tensor):
+            raise _Fault(f"export_weights: {key} is {type(value).__name__}, not a Tensor.")
+        out[key] = value
+    return out
+
+
+def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    op = step["op"]
+    if op == "refuses":  # divisibility: build alone, on a configuration it must refuse
+        C, H = int(step["n_embd"]), int(step["n_head"])
+        reset_torch_state()
+        with torch.random.fork_rng(devices=[]):
+            try:
+                built = state.subject.build(C, H)
+            except BaseException as error:
+                if not _subject_error(error):
+                    raise
+                return {"raised": True, "type": type(error).__name__}
+        return {"raised": False, "type": type(built).__name__}
+    module = state.module
+    if module is None:
+        raise RuntimeError(f"step {op!r} before any build")
+    if op == "forward":
+        x: Tensor = step["x"].to(state.device)
+        out = _forward(module, x, grad=False)
+        result = {"out": _sendable("forward's output", out), "device": out.device.type}
+        if step.get("keep_input"):
+            result["input"] = x
+        return result
+    if op == "grad":
+        x = step["x"].to(state.device).requires_grad_(True)
+        params = _parameters(module) if step.get("params") else []
+        out = _forward(module, x, grad=True)
+        sent = {"out": _sendable("forward's output", out), "device": out.device.type}
+        if not out.requires_grad:
+            return {**sent, "grad_x": None, "params": {}}
+        cotangent = step["cotangent"].to(device=out.device, dtype=out.dtype)
+        grads = _call("backward raised", lambda: torch.autograd.grad(
+            out, [x, *(p for _, p in params)], cotangent, allow_unused=True))
+        return {**sent,
+                "grad_x": None if grads[0] is None else _sendable("d(output)/d(input)", grads[0]),
+                "params": {n: None if g is None else _sendable(f"d(output)/d({n})", g)
+                           for (n, _), g in zip(params, grads[1:], strict=True)}}
+    if op == "export":
+        weights = _export(state.subject, module)
+        return {"weights": {k: _sendable(f"export_weights' {k}", v) for k, v in weights.items()},
+                "connected": [k for k, v in weights.items() if v.requires_grad]}
+    if op == "pullback":  # the reference's weight gradients, mapped onto the parameters
+        given: dict[str, Tensor] = step["grads"]
+        params = _parameters(module)
+
+        def pull() -> Any:
+            with torch.enable_grad():
+                weights = _export(state.subject, module)
+                keys = [k for k in given if k in weights and weights[k].requires_grad]
+                outs = [weights[k] for k in keys]
+                return torch.autograd.grad(
+                    outs, [p for _, p in params],
+                    [given[k].to(device=o.device, dtype=o.dtype) for k, o in zip(keys, outs,
+                                                                                 strict=True)],
+                    allow_unused=True)
+
+        mapped = _call("mapping the reference's weight gradients through export_weights "
+                       "raised", pull)
+        return {"params": {n: None if g is None else _sendable(n, g)
+                           for (n, _), g in zip(params, mapped, strict=True)}}
+    raise ValueError(f"unknown step {op!r}")
+
+
+def execute(state: Executed, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Answer one request: `{"kind": "ok", "results": [...]}` or the subject's fault."""
+    try:
+        if request.get("build") is not None:
+            _build(state, request["build"])
+        results = []
+        for step in request["steps"]:
+            reset_torch_state()
+            results.append(_step(state, step))
+        return {"kind": "ok", "results": results}
+    except _Fault as fault:
+        return {"kind": "error", "message": str(fault)}
