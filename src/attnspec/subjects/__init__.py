@@ -8,3 +8,7 @@
 """
 
 BUILTIN = ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2")
+"""Every built-in subject, in the order reports and tables list them."""
+
+EXTRAS = {"hf_gpt2": "transformers"}
+"""The module a built-in subject needs beyond attnspec's own dependencies."""
