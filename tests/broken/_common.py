@@ -3,7 +3,7 @@
 `Attention` is plain-torch causal self-attention with separate q/k/v/o `nn.Linear` layers and
 one overridable method per pipeline stage, so each broken subject overrides only its bug.
 `FusedAttention` is the nanoGPT layout (one `c_attn` of width 3C). Both are correct as written.
-Subjects import this module after putting their own folder on `sys.path`.
+Subjects import it as a sibling: the TARGET loader puts their folder on `sys.path`.
 """
 
 from __future__ import annotations

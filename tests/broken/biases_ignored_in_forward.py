@@ -2,12 +2,6 @@
 export_weights still exports the (nonzero) biases.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 import torch.nn.functional as F
 from _common import Attention, export_weights
 

@@ -3,12 +3,6 @@ diagonal mask only in the first block, so from T > 17 on, queries in later block
 positions after them inside their own block.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 import torch
 from _common import Attention, export_weights
 

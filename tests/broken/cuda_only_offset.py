@@ -1,12 +1,6 @@
 """A CUDA kernel whose output drifts from its CPU twin: an extra 1e-2 added on the GPU only
 (a stale bias buffer that only the device code path reads)."""
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 from _common import Attention, export_weights
 from torch import Tensor
 

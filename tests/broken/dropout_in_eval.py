@@ -2,12 +2,6 @@
 `training=self.training`, so it stays on after `.eval()` and two identical calls differ.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 import torch.nn.functional as F
 from _common import Attention, export_weights
 

@@ -2,12 +2,6 @@
 projection as k, so the oracle computes k @ q.T, the transposed scores.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 from _common import Attention
 from _common import export_weights as _export
 

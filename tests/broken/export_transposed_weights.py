@@ -2,12 +2,6 @@
 nn.Linear's (out, in) weight, so the oracle runs with transposed projections.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 from _common import Attention
 from _common import export_weights as _export
 

@@ -2,12 +2,6 @@
 T rows, as when decoding with a cache); for any T < 64 that slice lets queries see later keys.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 import torch
 from _common import Attention, export_weights
 

@@ -2,12 +2,6 @@
 (and every checkpoint) lays them out as q, k, v: keys and values are swapped.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 from _common import FusedAttention, export_weights
 
 EXPECTED = frozenset({"oracle", "oracle_grad"})

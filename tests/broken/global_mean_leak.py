@@ -2,12 +2,6 @@
 but the average runs over all T positions, future ones included (it should be a running mean).
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 from _common import Attention, export_weights
 
 EXPECTED = frozenset({"causality"})

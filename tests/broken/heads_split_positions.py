@@ -2,12 +2,6 @@
 slice) and concatenated the slices back along T; heads must split the channels, not the sequence.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 import math
 
 import torch

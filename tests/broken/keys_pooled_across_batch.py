@@ -2,12 +2,6 @@
 dim 0, which is the batch, so with B >= 2 every row attends to keys pooled from the whole batch.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 from _common import Attention, export_weights
 
 EXPECTED = frozenset({"batch_independence", "oracle"})

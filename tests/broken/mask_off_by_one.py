@@ -1,11 +1,5 @@
 """Built the causal mask with `tril(diagonal=1)`, so each query also sees the next position."""
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 import torch
 from _common import Attention, export_weights
 

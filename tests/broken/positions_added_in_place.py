@@ -2,11 +2,6 @@
 table needs no gradient"), which writes them into the caller's input tensor."""
 
 import math
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
 
 import torch
 from _common import Attention, export_weights

@@ -3,12 +3,6 @@ batches), so every token's position term changes with the total length T: still 
 prefix of the input does not give a prefix of the output.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 import torch
 from _common import Attention, export_weights
 from torch import nn

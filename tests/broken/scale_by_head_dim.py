@@ -1,11 +1,5 @@
 """Scaled the scores by 1/D instead of 1/sqrt(D)."""
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 from _common import Attention, export_weights
 
 EXPECTED = frozenset({"oracle", "oracle_grad"})

@@ -2,12 +2,6 @@
 sqrt(T): still causal, but the output at a position depends on how long the whole sequence is.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 import math
 
 from _common import Attention, export_weights

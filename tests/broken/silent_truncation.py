@@ -2,12 +2,6 @@
 silently works on the first 9 channels (H * D) instead of being rejected.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 import math
 
 import torch

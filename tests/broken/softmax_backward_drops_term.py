@@ -2,12 +2,6 @@
 drops the `- w * (w * g).sum(-1)` term: the forward is exact, the gradients are wrong.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 import torch
 from _common import Attention, export_weights
 

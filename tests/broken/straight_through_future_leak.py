@@ -3,12 +3,6 @@ straight-through trick `y + (s - s.detach())`; but s averages over all positions
 early outputs flow to later inputs although the forward is exactly causal.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 from _common import Attention, export_weights
 
 EXPECTED = frozenset({"grad_causality", "oracle_grad"})

@@ -3,12 +3,6 @@ numbers fit, but each "head" now gets a run of consecutive positions' channels, 
 tokens from later positions.
 """
 
-import sys
-from pathlib import Path
-
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the shared _common.py
-
 from _common import Attention, export_weights
 
 EXPECTED = frozenset({"causality", "oracle", "oracle_grad"})
