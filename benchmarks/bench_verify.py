@@ -62,25 +62,28 @@ def _many_cuts(T: int) -> tuple[int, ...]:
 
 
 def _causality_vs_T(cfg: Config) -> tuple[dict[str, Any], dict[str, Any]]:
-    from attnspec._properties import Example, run_check
-    from attnspec._subject import load_subject
+    import attnspec
 
-    subject = load_subject("attnspec.subjects.reference")
     B, C, H = 2, 64, 4
-    examples = {T: Example(B=B, T=T, C=C, H=H, seed=0, device=cfg.device, cuts=_many_cuts(T))
-                for T in CAUSALITY_T}
-    outcomes = {T: run_check(subject, "causality", ex) for T, ex in examples.items()}
+    examples = {T: {"B": B, "T": T, "C": C, "H": H, "seed": 0, "device": cfg.device,
+                    "cuts": list(_many_cuts(T))} for T in CAUSALITY_T}
+
+    def replay(ex: dict[str, Any]) -> Any:
+        report = attnspec.verify("attnspec.subjects.reference", only="causality", replay=ex,
+                                 isolate=False, database=False)
+        return report.result("causality")
+
+    outcomes = {T: replay(ex) for T, ex in examples.items()}
     rounds = cfg.pick(9, 2)
-    samples, _ = interleave({str(T): (lambda ex=ex: run_check(subject, "causality", ex))
-                             for T, ex in examples.items()},
+    samples, _ = interleave({str(T): (lambda ex=ex: replay(ex)) for T, ex in examples.items()},
                             rounds=rounds, target_s=0.0, warmup=1, sync=cfg.sync)
     rows, data = [], {}
     for T, ex in examples.items():
         t = median(samples[str(T)])
-        n = len([c for c in ex.cuts if c < T - 1])
-        data[str(T)] = {"cuts": n, "forwards": outcomes[T]["forwards"],
-                        "verdict": outcomes[T]["kind"], "seconds": t, "rounds": rounds}
-        rows.append([str(T), str(n), str(outcomes[T]["forwards"]), outcomes[T]["kind"],
+        n = len([c for c in ex["cuts"] if c < T - 1])
+        data[str(T)] = {"cuts": n, "forwards": outcomes[T].forwards_per_example,
+                        "verdict": outcomes[T].verdict, "seconds": t, "rounds": rounds}
+        rows.append([str(T), str(n), str(outcomes[T].forwards_per_example), outcomes[T].verdict,
                      str((n + 2) * B), f"{t * 1e3:,.1f}", f"{t * 1e3 / n:,.2f}",
                      str(1 + n)])
     return data, table(
@@ -293,8 +296,8 @@ def broken(cfg: Config) -> dict[str, Any]:
 
 def scaling(cfg: Config) -> dict[str, Any]:
     """Verify time of the reference as the largest generated T (Session's max_seq) grows."""
+    import attnspec
     from attnspec import PROPERTIES
-    from attnspec._engine import Session
 
     rounds = cfg.pick(2, 1)
     walls: dict[int, list[float]] = {m: [] for m in SCALING_MAX_SEQ}
@@ -303,9 +306,10 @@ def scaling(cfg: Config) -> dict[str, Any]:
         for max_seq in _rotated(list(SCALING_MAX_SEQ), r):
             cfg.log(f"  scaling round {r + 1}/{rounds}: max_seq={max_seq}")
             start = time.perf_counter()
-            with Session("attnspec.subjects.reference", max_seq=max_seq, database=False,
-                         seed=0, device=cfg.device, profile=cfg.profile) as session:
-                results = [session.run(prop) for prop in PROPERTIES]
+            report = attnspec.verify("attnspec.subjects.reference", max_seq=max_seq,
+                                     database=False, seed=0, device=cfg.device,
+                                     profile=cfg.profile)
+            results = report.properties
             walls[max_seq].append(time.perf_counter() - start)
             props[max_seq].append({p.id: p.seconds for p in results})
     base = walls[64]
@@ -322,7 +326,7 @@ def scaling(cfg: Config) -> dict[str, Any]:
     matrix = [[pid] + [f"{data[str(m)]['property_seconds'][pid]:.2f}" for m in SCALING_MAX_SEQ]
               for pid in PROPERTIES]
     tables = [
-        table(f"Session('attnspec.subjects.reference', max_seq=..., profile={cfg.profile!r}, "
+        table(f"verify('attnspec.subjects.reference', max_seq=..., profile={cfg.profile!r}, "
               f"database=False, seed=0): every property, median of {rounds} interleaved runs",
               ["max_seq (largest T drawn)", "wall s", "ratio to max_seq=64 (the default)",
                "slowest properties"], rows),

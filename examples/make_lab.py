@@ -42,8 +42,7 @@ from einops import rearrange
 from IPython.display import Image, display
 
 import attnspec
-from attnspec import CausalSelfAttention
-from attnspec._plot import plot_heads"""),
+from attnspec import CausalSelfAttention, plot_heads"""),
     ("trace-md", "md", """\
 ## 1. Trace every reshape boundary
 
