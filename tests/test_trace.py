@@ -28,7 +28,7 @@ attend             B H T D  (2, 3, 5, 4)  weights @ v
 merge              B T C    (2, 5, 12)    B H T D -> B T (H D)
 output projection  B T C    (2, 5, 12)    back to residual width"""
 
-# DESIGN.md's pipeline table, row by row: (stage name in the trace, its axes).
+# docs/design.md's pipeline table, row by row: (stage name in the trace, its axes).
 DESIGN_STAGES = [
     ("input", "B T C"),  # input (residual stream)
     ("projection", "B T C"),  # q/k/v projection
@@ -65,8 +65,10 @@ def test_trace_table_of_the_lesson() -> None:
 def test_trace_stages_follow_designs_pipeline_in_order(kernel: str) -> None:
     trace = attnspec.trace(12, 3, kernel=kernel)  # type: ignore[arg-type]
     got = [(s.name, s.labels) for s in trace.stages]
-    assert got == DESIGN_STAGES, f"stages (name, axes)={got}, but DESIGN.md says {DESIGN_STAGES}"
-    assert list(STAGES) == DESIGN_STAGES, f"STAGES={STAGES}, but DESIGN.md says {DESIGN_STAGES}"
+    assert got == DESIGN_STAGES, (
+        f"stages (name, axes)={got}, but docs/design.md says {DESIGN_STAGES}")
+    assert list(STAGES) == DESIGN_STAGES, (
+        f"STAGES={STAGES}, but docs/design.md says {DESIGN_STAGES}")
 
 
 @pytest.mark.parametrize("kernel", ["explicit", "sdpa"])

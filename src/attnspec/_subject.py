@@ -1,4 +1,4 @@
-"""Loading a TARGET as a subject (the protocol in DESIGN.md), with plain errors.
+"""Loading a TARGET as a subject (the protocol in docs/design.md), with plain errors.
 
 A TARGET is code and runs like a pytest file: its directory goes on sys.path and it is imported.
 Weights move only through `export_weights`; no weight file is read and nothing from outside is
@@ -40,7 +40,7 @@ def dtype_from_name(name: str) -> torch.dtype:
 
 
 def default_dtypes(device: str) -> tuple[str, ...]:
-    """DESIGN.md's default: float32, float64, bfloat16, and float16 on CUDA."""
+    """docs/design.md's default: float32, float64, bfloat16, and float16 on CUDA."""
     base = ("float32", "float64", "bfloat16")
     return (*base, "float16") if device == "cuda" else base
 

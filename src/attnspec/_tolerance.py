@@ -1,4 +1,4 @@
-"""The tolerance rule (DESIGN.md), in one place.
+"""The tolerance rule (docs/design.md), in one place.
 
 oracle / oracle_grad: max|subject - golden| <= K * max|reference_in_dtype - golden| + floor,
 with golden = the reference in float64. The floor keeps a zero yardstick from making the check

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["STAGES", "ShapeTrace", "Stage"]
 
-# DESIGN.md's stage table, in pipeline order: (name, axis labels).
+# docs/design.md's stage table, in pipeline order: (name, axis labels).
 STAGES: tuple[tuple[str, str], ...] = (
     ("input", "B T C"),
     ("projection", "B T C"),
@@ -42,7 +42,7 @@ class Stage:
 
 @dataclass
 class ShapeTrace:
-    """The shapes one forward pass held at every stage of DESIGN.md's table.
+    """The shapes one forward pass held at every stage of docs/design.md's table.
 
     ```python
     out, trace = CausalSelfAttention(12, 3).traced(torch.randn(2, 5, 12))
