@@ -38,8 +38,8 @@ def test_one_panel_per_head_each_over_the_same_t_positions() -> None:
         assert ax.get_xlabel() == "key position"
         assert ax.get_ylabel() == "query position"
         assert ax.images[0].get_array().shape == (4, 4)
-        assert [t.get_text() for t in ax.get_xticklabels()] == ["t1", "t2", "t3", "t4"]
-        assert [t.get_text() for t in ax.get_yticklabels()] == ["t1", "t2", "t3", "t4"]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["t=0", "t=1", "t=2", "t=3"]
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["t=0", "t=1", "t=2", "t=3"]
 
 
 def test_eight_heads_wrap_into_two_rows_of_four() -> None:

@@ -147,7 +147,7 @@ def _figure(
                     ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=colour,
                             fontsize=fontsize)
         ticks = _ticks(T)
-        names = [f"t{t + 1}" for t in ticks]
+        names = [f"t={t}" for t in ticks]  # 0-based, as in messages and indices
         ax.set_xticks(ticks, names)
         ax.set_yticks(ticks, names)
         ax.tick_params(labelbottom=True, labelleft=True, length=0)
