@@ -74,11 +74,11 @@ def test_report_says_what_the_examples_covered() -> None:
 
 
 def test_unknown_options_are_usage_errors() -> None:
-    with pytest.raises(attnspec.UsageError, match="--only nope: unknown property id 'nope'"):
+    with pytest.raises(attnspec.UsageError, match="only='nope': unknown property id 'nope'"):
         attnspec.verify("attnspec.subjects.reference", only="nope")
-    with pytest.raises(attnspec.UsageError, match="profile 'fast': choose from"):
+    with pytest.raises(attnspec.UsageError, match="profile='fast': choose from"):
         attnspec.verify("attnspec.subjects.reference", profile="fast")
-    with pytest.raises(attnspec.UsageError, match="--dtype 'float8': choose from"):
+    with pytest.raises(attnspec.UsageError, match="dtypes='float8': choose from"):
         attnspec.verify("attnspec.subjects.reference", dtypes=["float8"])
 
 
@@ -121,8 +121,8 @@ def test_progress_is_plain_lines_when_not_a_terminal() -> None:
 def test_conformance_suite_rejects_a_broken_subject_with_a_replay_command() -> None:
     env = {**os.environ, "CI": ""}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
-         "--subject", "tests/faulty/raises.py", "--max-examples", "20", "-k", "width or finite"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--attnspec-subject",
+         "tests/faulty/raises.py", "--attnspec-max-examples", "20", "-k", "width or finite"],
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert done.returncode == 1, done.stdout
     assert "width error on tests/faulty/raises.py: forward raised" in done.stdout
@@ -131,19 +131,44 @@ def test_conformance_suite_rejects_a_broken_subject_with_a_replay_command() -> N
 
 def _conformance(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "CI": ""}, timeout=300)
 
 
 def test_conformance_suite_refuses_an_impossible_limit_before_collecting() -> None:
-    done = _conformance("--max-seq", "5000")
+    done = _conformance("--attnspec-subject", "attnspec.subjects.sdpa", "--attnspec-max-seq",
+                        "5000")
     assert done.returncode == 4, done.stdout + done.stderr
-    assert "--max-seq 5000: must be between 1 and 4096" in done.stderr
+    assert "--attnspec-max-seq 5000: must be between 1 and 4096" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
 
 
 def test_conformance_suite_names_a_target_it_cannot_open_in_one_line() -> None:
-    done = _conformance("--subject", "tests/faulty/targets/no_build.py", "-k", "width")
+    done = _conformance("--attnspec-subject", "tests/faulty/targets/no_build.py", "-k", "width")
     assert done.returncode == 1, done.stdout
     assert "attnspec: TARGET 'tests/faulty/targets/no_build.py'" in done.stdout
     assert "Traceback" not in done.stdout
+
+
+def test_api_errors_name_parameters_and_the_cli_names_its_flags() -> None:
+    with pytest.raises(attnspec.UsageError) as caught:
+        attnspec.verify("attnspec.subjects.reference", timeout=0)
+    assert str(caught.value) == "timeout=0: must be a finite number of seconds > 0."
+    assert (caught.value.option, caught.value.value) == ("timeout", 0)
+    done = subprocess.run([sys.executable, "-m", "attnspec", "verify",
+                           "attnspec.subjects.reference", "--timeout", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("attnspec verify: error: --timeout 0: must be a finite "
+                                   "number of seconds > 0.")
+
+
+def test_a_message_that_every_property_repeats_is_printed_once() -> None:
+    from attnspec._report import PropertyResult, Report
+
+    said = "build(4, 2) raised for a valid configuration: ValueError: no kernel"
+    report = Report(target="t", header={}, partial=False, properties=[
+        PropertyResult(id=p, verdict="error", message=said) for p in ("width", "dtype", "finite")])
+    summary = report.summary()
+    assert summary.count(said) == 1
+    assert "dtype: error: the same message as width." in summary

@@ -116,7 +116,7 @@ def test_subject_that_kills_its_process_while_loading_exits_2() -> None:
 
 def test_an_empty_skip_skips_nothing_and_an_infinite_timeout_is_refused() -> None:
     assert len(select_properties(skip=[])) == len(attnspec.PROPERTIES)
-    with pytest.raises(attnspec.UsageError, match="--timeout inf: must be a finite number"):
+    with pytest.raises(attnspec.UsageError, match="timeout=inf: must be a finite number"):
         attnspec.verify("attnspec.subjects.reference", timeout=float("inf"))
 
 
@@ -135,9 +135,9 @@ def test_misuse_exits_2() -> None:
 
 
 @pytest.mark.parametrize(("options", "why"), [
-    ({"only": ""}, "--only '': names no property id"),
+    ({"only": ""}, "only='': names no property id"),
     ({"skip": ",".join(attnspec.PROPERTIES)}, "leaves no property to run"),
-    ({"dtypes": ["float16"]}, "--dtype float16: no such dtype to check on cpu; attnspec's "
+    ({"dtypes": ["float16"]}, "dtypes='float16': no such dtype to check on cpu; attnspec's "
                               "defaults offer cpu: float32, float64, bfloat16 (float16 is "
                               "checked on CUDA only"),
 ])
@@ -423,7 +423,7 @@ def test_max_seq_reaches_bugs_past_a_block_boundary() -> None:
 
 @pytest.mark.parametrize("max_seq", [0, 4097, 10**9])
 def test_max_seq_out_of_range_is_a_usage_error(max_seq: int) -> None:
-    expected = f"--max-seq {max_seq}: must be between 1 and 4096"
+    expected = f"max_seq={max_seq}: must be between 1 and 4096"
     with pytest.raises(attnspec.UsageError, match=expected):
         verify("attnspec.subjects.reference", max_seq=max_seq)
 
@@ -490,7 +490,7 @@ def test_replay_command_reproduces_the_failure() -> None:
 ])
 def test_a_replay_that_is_not_an_example_is_a_usage_error(replay: dict[str, object],
                                                            why: str) -> None:
-    with pytest.raises(attnspec.UsageError, match="^--replay .*: " + re.escape(why)):
+    with pytest.raises(attnspec.UsageError, match="^replay=.*: " + re.escape(why)):
         attnspec.verify("attnspec.subjects.reference", only="width", replay=replay,
                         isolate=False)
 

@@ -9,9 +9,7 @@ from collections.abc import Sequence
 
 from ._errors import AttnspecError
 from ._report import printable
-from ._verify_cli import _SafeStream, add_verify_parser, flush_quietly
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from ._verify_cli import EXIT_OK, EXIT_USAGE, _SafeStream, add_verify_parser, flush_quietly
 
 
 class _Parser(argparse.ArgumentParser):
@@ -117,7 +115,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return run_verify(args)
     except (AttnspecError, ValueError) as error:
         # Misuse and bad configurations: the message alone, no traceback.
-        print(f"attnspec {args.command}: error: {printable(str(error))}",
+        from ._verify_cli import FLAGS, in_flags
+
+        print(f"attnspec {args.command}: error: {printable(in_flags(error, FLAGS))}",
               file=_SafeStream(sys.stderr))
         return EXIT_USAGE
 

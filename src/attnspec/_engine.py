@@ -22,21 +22,16 @@ from typing import Any
 import torch
 
 from ._errors import TargetError, UsageError
+from ._options import MAX_SEQ_LIMIT, PROFILES, RunOptions
 from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from ._report import PropertyResult, Report, check_report_path
 from ._subject import clip, default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
 
-__all__ = ["PROFILES", "PROPERTIES", "Session", "verify"]
+__all__ = ["PROFILES", "PROPERTIES", "RunOptions", "Session", "verify"]
 
 PROPERTIES: tuple[str, ...] = PROPERTY_IDS
 """The property ids, in the order they run (docs/design.md's table, then device_agreement)."""
-
-PROFILES: dict[str, int] = {"smoke": 10, "default": 50, "thorough": 400, "ci": 50}
-"""Examples per property for each tier; `ci` is `default`, derandomized, without a database."""
-
-# B <= 4 and H <= 8 are drawn, so the (B, H, T, T) scores reach 4 * 8 * T * T elements.
-MAX_SEQ_LIMIT = 4096
 
 # Bounds on a replayed example, so that a typo cannot allocate hundreds of GB.
 _REPLAY_LIMITS = {"B": 1024, "C": 65536, "H": 4096}
@@ -75,24 +70,25 @@ def _split_ids(values: Iterable[str] | str | None, option: str) -> list[str] | N
     if isinstance(values, str):
         values = [values]
     ids = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    if not ids and option == "--only":
-        raise UsageError(f"{option} {','.join(values)!r}: names no property id; the ids are "
-                         f"{', '.join(PROPERTIES)}.")
+    if not ids and option == "only":
+        raise UsageError(option=option, value=",".join(values),
+                         reason=f"names no property id; the ids are {', '.join(PROPERTIES)}.")
     unknown = [i for i in ids if i not in PROPERTIES]
     if unknown:
-        raise UsageError(f"{option} {','.join(ids)}: unknown property id "
-                         f"{', '.join(map(repr, unknown))}; the ids are {', '.join(PROPERTIES)}.")
+        raise UsageError(option=option, value=",".join(ids),
+                         reason=f"unknown property id {', '.join(map(repr, unknown))}; the ids "
+                                f"are {', '.join(PROPERTIES)}.")
     return ids
 
 
 def select_properties(only: Iterable[str] | str | None = None,
                       skip: Iterable[str] | str | None = None) -> list[str]:
-    chosen = _split_ids(only, "--only") or list(PROPERTIES)
-    skipped = set(_split_ids(skip, "--skip") or ())
+    chosen = _split_ids(only, "only") or list(PROPERTIES)
+    skipped = set(_split_ids(skip, "skip") or ())
     props = [p for p in PROPERTIES if p in chosen and p not in skipped]
     if not props:
-        raise UsageError(f"--only {','.join(chosen)} with --skip {','.join(sorted(skipped))} "
-                         "leaves no property to run.")
+        raise UsageError(option="skip", value=",".join(sorted(skipped)),
+                         reason=f"leaves no property to run of {', '.join(chosen)}.")
     return props
 
 
@@ -143,56 +139,32 @@ class _State:
     drawn: _Coverage = field(default_factory=_Coverage)
 
 
-def check_limits(*, max_examples: int | None = None, timeout: float = 30.0,
-                 max_seq: int = 64) -> None:
-    """Raise UsageError, naming the option and its value, for a limit no run could honour."""
-    if max_examples is not None and max_examples < 1:
-        raise UsageError(f"--max-examples {max_examples}: must be >= 1 (examples per "
-                         "property).")
-    if not 0 < timeout < float("inf"):
-        raise UsageError(f"--timeout {timeout:g}: must be a finite number of seconds > 0.")
-    if not 1 <= max_seq <= MAX_SEQ_LIMIT:
-        raise UsageError(
-            f"--max-seq {max_seq}: must be between 1 and {MAX_SEQ_LIMIT} (the longest T "
-            f"drawn): at T = {MAX_SEQ_LIMIT} one (B, H, T, T) score tensor of the reference is "
-            f"already 2 GiB in float32.")
-
-
 class Session:
     """One subject, loaded once (in a worker process unless `isolate=False`), checked property by
     property. Use as a context manager so the worker is stopped."""
 
-    def __init__(
-        self, target: Any, *, device: str = "all", dtypes: Sequence[str] | None = None,
-        profile: str = "default", max_examples: int | None = None, seed: int | None = None,
-        timeout: float = 30.0, isolate: bool | None = None, max_seq: int = 64,
-        database: bool | str = True, derandomize: bool | None = None,
-    ) -> None:
-        if profile not in PROFILES:
-            raise UsageError(f"profile {profile!r}: choose from {', '.join(PROFILES)}.")
-        check_limits(max_examples=max_examples, timeout=timeout, max_seq=max_seq)
-        if device not in ("cpu", "cuda", "all"):
-            raise UsageError(f"--device {device!r}: choose cpu, cuda or all.")
+    def __init__(self, target: Any, options: RunOptions | None = None, *,
+                 isolate: bool | None = None) -> None:
+        options = options or RunOptions()
+        self.options = options
         cuda = torch.cuda.is_available()
-        if device == "cuda" and not cuda:
-            raise UsageError("--device cuda: torch sees no CUDA device on this machine "
-                             "(torch.cuda.is_available() is False).")
-        self.devices = ["cpu", "cuda"] if device == "all" and cuda else (
-            ["cpu"] if device == "all" else [device])
-        known = ("float32", "float64", "bfloat16", "float16")
-        for d in dtypes or ():
-            if d not in known:
-                raise UsageError(f"--dtype {d!r}: choose from {', '.join(known)}.")
-        self.requested_dtypes = list(dtypes) if dtypes else None
-        self.profile = profile
-        self.max_examples = max_examples or PROFILES[profile]
-        self.seed = seed
-        self.timeout = timeout
-        self.max_seq = max_seq
+        if options.device == "cuda" and not cuda:
+            raise UsageError(option="device", value=options.device,
+                             reason="torch sees no CUDA device on this machine "
+                                    "(torch.cuda.is_available() is False).")
+        self.devices = ["cpu", "cuda"] if options.device == "all" and cuda else (
+            ["cpu"] if options.device == "all" else [options.device])
+        self.requested_dtypes = list(options.dtypes) if options.dtypes else None
+        self.profile = options.profile
+        self.max_examples = options.examples
+        self.seed = options.seed
+        self.timeout = options.timeout
+        self.max_seq = options.max_seq
         self._crash_shrink_left = _CRASH_SHRINK_SECONDS
         # CI services set CI: derandomized and no database, as --profile ci. A --seed still wins.
-        ci = bool(os.environ.get("CI")) or profile == "ci"
-        self.derandomize = (ci and seed is None) if derandomize is None else derandomize
+        ci, database = options.ci, options.database
+        self.derandomize = (ci and options.seed is None) if options.derandomize is None \
+            else options.derandomize
         self.database = None if (database is False or ci) else (
             database if isinstance(database, str) else os.path.join(".hypothesis", "attnspec"))
         self.target = _target_name(target)
@@ -201,7 +173,8 @@ class Session:
             raise UsageError("isolate=True needs a TARGET string (a path or a dotted module); "
                              f"got {type(target).__name__}.")
         self.isolated = isolate
-        self.executor: Executor = Worker(target, timeout=timeout) if isolate else InProcess(target)
+        self.executor: Executor = (Worker(target, timeout=options.timeout) if isolate
+                                   else InProcess(target))
         self.info = self.executor.info
         self.dtypes = {dev: self._dtypes_for(dev) for dev in self.devices}
         if not any(self.dtypes.values()):
@@ -212,8 +185,9 @@ class Session:
             self.close()
             half = (" (float16 is checked on CUDA only, unless the subject's DTYPES name it)"
                     if "float16" in requested else "")
-            raise UsageError(f"--dtype {','.join(requested)}: no such dtype to check on "
-                             f"{', '.join(self.devices)}; {whose} offer {offered}{half}.")
+            raise UsageError(option="dtypes", value=",".join(requested),
+                             reason=f"no such dtype to check on {', '.join(self.devices)}; "
+                                    f"{whose} offer {offered}{half}.")
 
     def _claimed(self, device: str) -> list[str]:
         """The subject's DTYPES, or attnspec's defaults for the device."""
@@ -328,7 +302,7 @@ class Session:
                 shown = clip(json.dumps(data, separators=(",", ":"), default=repr), 200)
             except (RecursionError, ValueError):
                 shown = "<a nested JSON value>"
-            return UsageError(f"--replay {shown}: {why}.")
+            return UsageError(option="replay", value=shown, reason=f"{why}.")
 
         def whole(value: Any) -> bool:
             return isinstance(value, int) and not isinstance(value, bool)
@@ -442,7 +416,8 @@ class Session:
         from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
 
         if prop not in PROPERTIES:
-            raise UsageError(f"unknown property {prop!r}; the ids are {', '.join(PROPERTIES)}.")
+            raise UsageError(option="only", value=prop,
+                             reason=f"unknown property id; the ids are {', '.join(PROPERTIES)}.")
         start = time.perf_counter()
         reason = self._skip_reason(prop)
         if reason is not None:
@@ -599,17 +574,19 @@ def verify(
     raise `UsageError`.
     """
     props = select_properties(only, skip)
+    options = RunOptions(device=device, dtypes=None if dtypes is None else tuple(dtypes),
+                         profile=profile, max_examples=max_examples, seed=seed,
+                         timeout=timeout, max_seq=max_seq, database=database)
     if replay is not None and len(props) != 1:
-        raise UsageError("--replay runs one example of one property: give exactly one --only.")
+        raise UsageError(option="only", value=",".join(props),
+                         reason="a replay runs one example of one property: give exactly one.")
     if report is not None:
         check_report_path(report)
     show = _progress_printer(sys.stderr) if progress is True else (progress or None)
     result = Report(target=_target_name(target), header={},
                     properties=[PropertyResult(id=p) for p in props])
     try:
-        session = Session(target, device=device, dtypes=dtypes, profile=profile,
-                          max_examples=max_examples, seed=seed, timeout=timeout,
-                          isolate=isolate, max_seq=max_seq, database=database)
+        session = Session(target, options, isolate=isolate)
     except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
         result.interrupted = True
         _save(result, report)

@@ -24,4 +24,14 @@ class TargetError(AttnspecError):
 
 
 class UsageError(AttnspecError):
-    """A command or API call misused: bad option values, unknown property ids."""
+    """A command or API call misused: bad option values, unknown property ids.
+
+    `option` names the parameter as `verify()` spells it, `value` is what was given and
+    `reason` why it cannot be; the message says it in those terms (`max_seq=0: must be ...`),
+    and the command line and the pytest plugin say it with their own flags.
+    """
+
+    def __init__(self, message: str = "", *, option: str | None = None, value: object = None,
+                 reason: str = "") -> None:
+        super().__init__(f"{option}={value!r}: {reason}" if option is not None else message)
+        self.option, self.value, self.reason = option, value, reason

@@ -135,7 +135,12 @@ class Report:
             rows.append((p.id, p.verdict, str(p.examples), f"{p.seconds:.1f}s", shown))
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
+        said: dict[str, str] = {}
         for p in self.failures:
+            if p.message and p.message in said:  # a build that fails fails every property
+                lines += ["", f"{p.id}: {p.verdict}: the same message as {said[p.message]}."]
+                continue
+            said.setdefault(p.message, p.id)
             lines += ["", f"{p.id}: {p.verdict}: {p.message}"]
             if p.replay:
                 lines.append(f"  replay: {p.replay}")
@@ -173,8 +178,9 @@ def check_report_path(path: str | os.PathLike[str]) -> None:
     if found is not None and _is_stream(found):
         # A device or pipe takes no trial file beside it (none next to /dev/null).
         if not os.access(where, os.W_OK):
-            raise UsageError(f"--report {path!r}: {where!r} is a device or pipe that this "
-                             "process may not write to.")
+            raise UsageError(option="report", value=path,
+                             reason=f"{where!r} is a device or pipe that this process may not "
+                                    "write to.")
         return
     if found is not None:
         _refuse_non_report(path, where, found)
@@ -185,8 +191,9 @@ def check_report_path(path: str | os.PathLike[str]) -> None:
         os.close(fd)
         os.unlink(trial)
     except OSError as error:
-        raise UsageError(f"--report {path!r}: cannot write a file in {directory!r} "
-                         f"({error.strerror or error}).") from None
+        raise UsageError(option="report", value=path,
+                         reason=f"cannot write a file in {directory!r} "
+                                f"({error.strerror or error}).") from None
 
 
 def is_stream(path: str | os.PathLike[str]) -> bool:
@@ -211,17 +218,20 @@ def _destination(path: str) -> tuple[str, os.stat_result | None]:
     except FileNotFoundError:
         found = None  # a new file, or a symlink to one: created where the link points
     except OSError as error:
-        raise UsageError(f"--report {path!r}: cannot look at this path "
-                         f"({error.strerror or error}).") from None
+        raise UsageError(option="report", value=path,
+                         reason=f"cannot look at this path ({error.strerror or error})."
+                         ) from None
     if found is not None and _is_stream(found):
         return path, found
     where = os.path.realpath(path)
     if os.path.islink(where):  # realpath stops at a loop and hands back a link
-        raise UsageError(f"--report {path!r}: a symlink that leads back to itself "
-                         f"(through {where!r}); give a file name.")
+        raise UsageError(option="report", value=path,
+                         reason=f"a symlink that leads back to itself (through {where!r}); give "
+                                "a file name.")
     if found is not None and not stat.S_ISREG(found.st_mode):
-        raise UsageError(f"--report {path!r}: {where!r} is not a regular file, a character "
-                         "device or a FIFO (a block device or socket is never written).")
+        raise UsageError(option="report", value=path,
+                         reason=f"{where!r} is not a regular file, a character device or a FIFO "
+                                "(a block device or socket is never written).")
     _check_name(where)
     return where, found
 
@@ -236,7 +246,7 @@ def _refuse_non_report(path: str, where: str, found: os.stat_result) -> None:
 
     if found.st_size == 0:
         return  # a file the user just touched for the report
-    shown = repr(path) if where == os.path.abspath(path) else f"{path!r} (-> {where!r})"
+    via = "" if where == os.path.abspath(path) else f" (it leads to {where!r})"
     if found.st_size > _REPORT_MAX_BYTES:
         data = None
     else:
@@ -244,28 +254,32 @@ def _refuse_non_report(path: str, where: str, found: os.stat_result) -> None:
             with open(where, "rb") as handle:
                 raw = handle.read(_REPORT_MAX_BYTES + 1)
         except OSError as error:
-            raise UsageError(f"--report {shown}: the file exists and cannot be read to check "
-                             f"that it is an attnspec report ({error.strerror or error}), so "
-                             "it will not be replaced.") from None
+            raise UsageError(option="report", value=path,
+                             reason=f"the file{via} exists and cannot be read to check that it "
+                                    f"is an attnspec report ({error.strerror or error}), so it "
+                                    "will not be replaced.") from None
         try:
             data = json.loads(raw.decode("utf-8"))
         except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past the stack
             data = None
     if isinstance(data, dict) and "schema" in data and "properties" in data:
         return
-    raise UsageError(f"--report {shown}: the file exists and is not an attnspec JSON report "
-                     "(a JSON object with \"schema\" and \"properties\"), so it will not be "
-                     "replaced; give a new file name, or remove the file first.")
+    raise UsageError(option="report", value=path,
+                     reason=f"the file{via} exists and is not an attnspec JSON report (a JSON "
+                            "object with \"schema\" and \"properties\"), so it will not be "
+                            "replaced; give a new file name, or remove the file first.")
 
 
 def _check_name(path: str) -> None:
     from ._errors import UsageError
 
     if not path:
-        raise UsageError("--report '': give a file name for the JSON report.")
+        raise UsageError(option="report", value="",
+                         reason="give a file name for the JSON report.")
     if os.path.isdir(path) or path.endswith(("/", os.sep)):
-        raise UsageError(f"--report {path!r}: names a directory; give a file name such as "
-                         f"{os.path.join(path, 'attnspec-report.json')!r}.")
+        raise UsageError(option="report", value=path,
+                         reason="names a directory; give a file name such as "
+                                f"{os.path.join(path, 'attnspec-report.json')!r}.")
 
 
 def _finite(value: Any) -> Any:

@@ -24,8 +24,9 @@ from ._errors import TargetError
 
 __all__ = ["Subject", "clip", "default_dtypes", "fault_text", "load_subject", "split_target"]
 
-_DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64,
-                "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64,
+               "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""The dtypes attnspec draws and checks, by name: the one list every front end offers."""
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -34,9 +35,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def dtype_from_name(name: str) -> torch.dtype:
     try:
-        return _DTYPE_NAMES[name]
+        return DTYPE_NAMES[name]
     except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; choose from {', '.join(_DTYPE_NAMES)}") from None
+        raise ValueError(f"unknown dtype {name!r}; choose from {', '.join(DTYPE_NAMES)}") from None
 
 
 def default_dtypes(device: str) -> tuple[str, ...]:
@@ -190,10 +191,10 @@ def load_subject(target: str) -> Subject:
         if not dtypes or len(dtypes) != len(list(declared)):
             raise TargetError(f"TARGET {target!r}: DTYPES must be a sequence of torch dtypes, "
                               f"got {declared!r}.")
-        unknown = [d for d in dtypes if d not in _DTYPE_NAMES]
+        unknown = [d for d in dtypes if d not in DTYPE_NAMES]
         if unknown:
             raise TargetError(f"TARGET {target!r}: DTYPES lists {', '.join(unknown)}; attnspec "
-                              f"checks {', '.join(_DTYPE_NAMES)}.")
+                              f"checks {', '.join(DTYPE_NAMES)}.")
     name = getattr(obj, "__name__", None) or type(obj).__name__
     return Subject(target=target, name=str(name), build=build,
                    export_weights=_optional(obj, "export_weights", target),

@@ -14,6 +14,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from ._errors import TargetError, UsageError
+from ._options import DEVICES, PROFILES
 from ._report import PropertyResult, Report, check_report_path, is_stream, printable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -187,6 +188,24 @@ def _name_the_signal(report: Report, name: str) -> bool:
     return changed
 
 
+FLAGS = {"only": "--only", "skip": "--skip", "device": "--device", "dtypes": "--dtype",
+         "profile": "--profile", "max_examples": "--max-examples", "seed": "--seed",
+         "timeout": "--timeout", "max_seq": "--max-seq", "report": "--report",
+         "replay": "--replay"}
+"""verify()'s parameters, as the command line spells them."""
+
+
+def in_flags(error: BaseException, flags: dict[str, str]) -> str:
+    """An error's message, a UsageError's parameter named by its flag (`--max-seq 0: ...`)."""
+    option = getattr(error, "option", None)
+    if option not in flags:
+        return str(error)
+    value = getattr(error, "value", None)
+    shown = (f"{value:g}" if isinstance(value, float) else repr(value)
+             if option == "report" or value == "" else str(value))
+    return f"{flags[option]} {shown}: {getattr(error, 'reason', '')}"
+
+
 def add_verify_parser(sub: Any) -> None:
     verify = sub.add_parser(
         "verify", help="check an implementation against every property",
@@ -198,12 +217,12 @@ def add_verify_parser(sub: Any) -> None:
                         help="comma-separated property ids to run")
     verify.add_argument("--skip", action="append", metavar="IDS",
                         help="comma-separated property ids to leave out")
-    verify.add_argument("--device", choices=("cpu", "cuda", "all"), default="all",
+    verify.add_argument("--device", choices=DEVICES, default="all",
                         help="where to run the subject (all: CUDA too, where present)")
     verify.add_argument("--dtype", action="append", metavar="DTYPE",
                         help="float32, float64, bfloat16, float16 (repeatable or comma-separated)")
     tier = verify.add_mutually_exclusive_group()
-    tier.add_argument("--profile", choices=("smoke", "default", "thorough", "ci"),
+    tier.add_argument("--profile", choices=list(PROFILES),
                       default="default", help="examples per property: 10, 50, 400 (ci: 50, "
                                               "derandomized, no database)")
     tier.add_argument("--max-examples", type=int, metavar="N", help="examples per property")

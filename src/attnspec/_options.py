@@ -1,0 +1,88 @@
+"""A run's options: one validated value, made once by each front end and passed down whole."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from ._errors import UsageError
+from ._subject import DTYPE_NAMES
+
+__all__ = ["DEVICES", "MAX_SEQ_LIMIT", "PROFILES", "RunOptions"]
+
+PROFILES: dict[str, int] = {"smoke": 10, "default": 50, "thorough": 400, "ci": 50}
+"""Examples per property for each tier; `ci` is `default`, derandomized, without a database."""
+
+DEVICES = ("cpu", "cuda", "all")
+
+# B <= 4 and H <= 8 are drawn, so the (B, H, T, T) scores reach 4 * 8 * T * T elements.
+MAX_SEQ_LIMIT = 4096
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run draws and runs examples; an impossible value raises `UsageError` here, naming
+    the parameter, before any subject loads.
+
+    **Arguments:** as `verify()` takes them: `device` (`"cpu"`, `"cuda"` or `"all"`),
+    `dtypes` (None: what the subject claims), `profile`, `max_examples` (overrides the
+    profile), `seed`, `timeout` (seconds per request to the worker), `max_seq` (the longest T
+    drawn), `database` (False, True for `.hypothesis/attnspec`, or a directory) and
+    `derandomize` (None: where the `CI` environment variable is set, unless a seed is given).
+    """
+
+    device: str = "all"
+    dtypes: tuple[str, ...] | None = None
+    profile: str = "default"
+    max_examples: int | None = None
+    seed: int | None = None
+    timeout: float = 30.0
+    max_seq: int = 64
+    database: bool | str = True
+    derandomize: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise UsageError(option="profile", value=self.profile,
+                             reason=f"choose from {', '.join(PROFILES)}.")
+        if self.max_examples is not None and (not _whole(self.max_examples)
+                                              or self.max_examples < 1):
+            raise UsageError(option="max_examples", value=self.max_examples,
+                             reason="must be a whole number >= 1 (examples per property).")
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float) or not (
+                0 < self.timeout < math.inf):
+            raise UsageError(option="timeout", value=self.timeout,
+                             reason="must be a finite number of seconds > 0.")
+        if not _whole(self.max_seq) or not 1 <= self.max_seq <= MAX_SEQ_LIMIT:
+            raise UsageError(
+                option="max_seq", value=self.max_seq,
+                reason=f"must be between 1 and {MAX_SEQ_LIMIT} (the longest T drawn): at T = "
+                       f"{MAX_SEQ_LIMIT} one (B, H, T, T) score tensor of the reference is "
+                       "already 2 GiB in float32.")
+        if self.seed is not None and not _whole(self.seed):
+            raise UsageError(option="seed", value=self.seed, reason="must be a whole number.")
+        if self.device not in DEVICES:
+            raise UsageError(option="device", value=self.device,
+                             reason=f"choose {', '.join(DEVICES[:-1])} or {DEVICES[-1]}.")
+        if self.dtypes is not None:
+            dtypes = (self.dtypes,) if isinstance(self.dtypes, str) else tuple(self.dtypes)
+            for name in dtypes:
+                if name not in DTYPE_NAMES:
+                    raise UsageError(option="dtypes", value=name,
+                                     reason=f"choose from {', '.join(DTYPE_NAMES)}.")
+            object.__setattr__(self, "dtypes", dtypes or None)
+
+    @property
+    def examples(self) -> int:
+        """Examples per property."""
+        return self.max_examples or PROFILES[self.profile]
+
+    @property
+    def ci(self) -> bool:
+        """CI services set CI: such runs are derandomized and keep no database, as `ci`."""
+        return bool(os.environ.get("CI")) or self.profile == "ci"
