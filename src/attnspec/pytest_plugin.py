@@ -1,12 +1,10 @@
-"""The conformance suite as a pytest plugin (entry point `pytest11: attnspec`).
+"""The conformance suite as pytest items: one test per (subject, property).
 
-    pytest --attnspec-subject my_pkg.attention        # your implementation (repeatable)
-    ATTNSPEC_SUBJECT=path/to/impl.py pytest            # the same, from the environment
-    pytest --attnspec-builtins                         # the reference and every built-in subject
-
-One test per (subject, property), named `test_<property>[<subject>]`; a failure prints the
-engine's message, the counterexample and a replay command. Without a subject the plugin adds
-nothing to a test run. It imports Hypothesis only when a subject is checked.
+`attnspec_pytest`, the torch-free `pytest11` entry point, adds the `--attnspec-*` options and
+registers this module only when a run names a subject (`--attnspec-subject TARGET`,
+`$ATTNSPEC_SUBJECT` or `--attnspec-builtins`). Tests are named `test_<property>[<subject>]`; a
+failure prints the engine's message, the counterexample, the replay command and the largest
+violation seen.
 """
 
 from __future__ import annotations
@@ -19,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ._options import RunOptions
+
 if TYPE_CHECKING:
     from ._engine import Session
 
@@ -26,25 +26,10 @@ __all__ = ["subject_targets"]
 
 _HERE = Path(__file__).resolve()
 _SESSIONS = pytest.StashKey[dict[str, "Session | str"]]()
-_PROFILES = ("smoke", "default", "thorough", "ci")
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("attnspec", "attnspec conformance")
-    group.addoption("--attnspec-subject", action="append", default=None, metavar="TARGET",
-                    help="check TARGET (path/to/impl.py or pkg.module, either with :NAME); "
-                         "repeatable; default: $ATTNSPEC_SUBJECT")
-    group.addoption("--attnspec-builtins", action="store_true",
-                    help="check the reference and every built-in subject")
-    group.addoption("--attnspec-profile", default=None, choices=_PROFILES,
-                    help="examples per property (default; ci where CI is set)")
-    group.addoption("--attnspec-max-examples", type=int, default=None, metavar="N",
-                    help="examples per property")
-    group.addoption("--attnspec-device", default="all", choices=("cpu", "cuda", "all"))
-    group.addoption("--attnspec-max-seq", type=int, default=64, metavar="T",
-                    help="the longest sequence length drawn (64, at most 4096)")
-    group.addoption("--attnspec-seed", type=int, default=None, metavar="N",
-                    help="the same seed draws the same examples")
+_OPTIONS = pytest.StashKey[RunOptions]()
+_FLAGS = {"max_examples": "--attnspec-max-examples", "max_seq": "--attnspec-max-seq",
+          "device": "--attnspec-device", "profile": "--attnspec-profile",
+          "seed": "--attnspec-seed"}
 
 
 def subject_targets(config: pytest.Config) -> list[str]:
@@ -63,14 +48,20 @@ def subject_targets(config: pytest.Config) -> list[str]:
 def pytest_configure(config: pytest.Config) -> None:
     if not subject_targets(config):
         return
-    from ._engine import check_limits
     from ._errors import UsageError
+    from ._options import RunOptions
 
     try:
-        check_limits(max_examples=config.getoption("--attnspec-max-examples"),
-                     max_seq=config.getoption("--attnspec-max-seq"))
+        config.stash[_OPTIONS] = RunOptions(
+            device=config.getoption("--attnspec-device"),
+            profile=config.getoption("--attnspec-profile"),
+            max_examples=config.getoption("--attnspec-max-examples"),
+            seed=config.getoption("--attnspec-seed"),
+            max_seq=config.getoption("--attnspec-max-seq"))
     except UsageError as error:
-        raise pytest.UsageError(str(error)) from None
+        from ._verify_cli import in_flags
+
+        raise pytest.UsageError(in_flags(error, _FLAGS)) from None
     config.stash[_SESSIONS] = {}
     # The suite is this file's items: collected beside the paths given, or alone.
     if config.args_source == pytest.Config.ArgsSource.ARGS:
@@ -89,20 +80,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     targets = subject_targets(config)
     if not targets:
         return []
+    options = config.stash[_OPTIONS]
+    profile = f"{options.profile}{', derandomized (CI)' if options.ci else ''}"
     return [f"attnspec subjects: {', '.join(targets)}",
-            f"attnspec profile: {_profile(config)}, device: "
-            f"{config.getoption('--attnspec-device')}"]
+            f"attnspec profile: {profile}, {options.examples} examples per property, "
+            f"device: {options.device}"]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     for session in config.stash.get(_SESSIONS, {}).values():
         if not isinstance(session, str):
             session.close()
-
-
-def _profile(config: pytest.Config) -> str:
-    chosen: str | None = config.getoption("--attnspec-profile")
-    return chosen or ("ci" if os.environ.get("CI") else "default")
 
 
 def _short(target: str) -> str:
@@ -136,17 +124,13 @@ class _PropertyItem(pytest.Item):
 
         sessions = self.config.stash[_SESSIONS]
         if self.target not in sessions:
-            config = self.config
             try:
-                sessions[self.target] = Session(
-                    self.target, device=config.getoption("--attnspec-device"),
-                    profile=_profile(config),
-                    max_examples=config.getoption("--attnspec-max-examples"),
-                    seed=config.getoption("--attnspec-seed"),
-                    max_seq=config.getoption("--attnspec-max-seq"))
+                sessions[self.target] = Session(self.target, self.config.stash[_OPTIONS])
             except (TargetError, UsageError) as error:
+                from ._verify_cli import in_flags
+
                 # Remembered, so every property of this TARGET fails with the same one line.
-                sessions[self.target] = f"attnspec: {error}"
+                sessions[self.target] = f"attnspec: {in_flags(error, _FLAGS)}"
         session = sessions[self.target]
         if isinstance(session, str):
             raise _PropertyFailed(session)

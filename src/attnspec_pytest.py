@@ -1,0 +1,49 @@
+"""attnspec's pytest entry point (`pytest11`), kept free of torch so that it costs nothing in
+test runs that check no attention: it adds the `--attnspec-*` options, and loads the suite
+(`attnspec.pytest_plugin`) only when a run names a subject.
+
+    pytest --attnspec-subject my_pkg.attention        # your implementation (repeatable)
+    ATTNSPEC_SUBJECT=path/to/impl.py pytest            # the same, from the environment
+    pytest --attnspec-builtins                         # the reference and every built-in subject
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# attnspec._options.PROFILES and DEVICES, which import torch; a test pins that they agree.
+PROFILES = ("smoke", "default", "thorough", "ci")
+DEVICES = ("cpu", "cuda", "all")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("attnspec", "attnspec conformance")
+    group.addoption("--attnspec-subject", action="append", default=None, metavar="TARGET",
+                    help="check TARGET (path/to/impl.py or pkg.module, either with :NAME); "
+                         "repeatable; default: $ATTNSPEC_SUBJECT")
+    group.addoption("--attnspec-builtins", action="store_true",
+                    help="check the reference and every built-in subject")
+    group.addoption("--attnspec-profile", default="default", choices=PROFILES,
+                    help="examples per property (default; derandomized where CI is set)")
+    group.addoption("--attnspec-max-examples", type=int, default=None, metavar="N",
+                    help="examples per property")
+    group.addoption("--attnspec-device", default="all", choices=DEVICES)
+    group.addoption("--attnspec-max-seq", type=int, default=64, metavar="T",
+                    help="the longest sequence length drawn (64, at most 4096)")
+    group.addoption("--attnspec-seed", type=int, default=None, metavar="N",
+                    help="the same seed draws the same examples")
+
+
+def subject_requested(config: pytest.Config) -> bool:
+    return bool(config.getoption("--attnspec-subject") or config.getoption("--attnspec-builtins")
+                or os.environ.get("ATTNSPEC_SUBJECT", "").strip())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if subject_requested(config) and not config.pluginmanager.has_plugin("attnspec-suite"):
+        from attnspec import pytest_plugin
+
+        config.pluginmanager.register(pytest_plugin, "attnspec-suite")
