@@ -45,3 +45,10 @@ def test_version_is_a_string() -> None:
     assert isinstance(attnspec.__version__, str), (
         f"attnspec.__version__={attnspec.__version__!r} is a {type(attnspec.__version__).__name__}"
     )
+
+
+def test_errors_are_named_where_users_import_them_from() -> None:
+    for name in ("AttnspecError", "ConfigError", "DivisibilityError", "ShapeError", "TargetError",
+                 "UsageError"):
+        error = getattr(attnspec, name)
+        assert f"{error.__module__}.{error.__qualname__}" == f"attnspec.{name}"

@@ -22,6 +22,11 @@ from ._typecheck import typecheck_enabled as typecheck_enabled
 
 __version__ = "0.1.0"
 
+# Tracebacks name the errors where users import them from: attnspec.ShapeError.
+for _error in (AttnspecError, ConfigError, DivisibilityError, ShapeError, TargetError, UsageError):
+    _error.__module__ = __name__
+del _error
+
 if TYPE_CHECKING:
     from ._engine import PROPERTIES as PROPERTIES
     from ._engine import verify as verify
