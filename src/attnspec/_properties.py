@@ -278,9 +278,12 @@ def check_prefix(ctx: Context, ex: Example) -> Outcome:
     # The reference's own prefix discrepancy in this dtype is the yardstick.
     weights = _reference_weights(ex)
 
+    wholes: dict[torch.dtype, Tensor] = {}
+
     def discrepancy(dtype: torch.dtype, n: int) -> float:
-        whole = _reference(x, weights, ex, dtype)
-        return tol.max_abs_diff(_reference(x[:, :n], weights, ex, dtype), whole[:, :n])[0]
+        if dtype not in wholes:
+            wholes[dtype] = _reference(x, weights, ex, dtype)
+        return tol.max_abs_diff(_reference(x[:, :n], weights, ex, dtype), wholes[dtype][:, :n])[0]
 
     scale = float(full.abs().max()) if full.numel() else 1.0
     for n, part in zip(lengths, parts, strict=True):
