@@ -119,7 +119,7 @@ def test_a_jittery_subject_is_not_called_leaky(prop: str) -> None:
     jittery = InProcess(SimpleNamespace(__name__="jittery",
                                         build=lambda c, h: Jittery(c, h, 1e-7)))
     outcomes = [check(jittery, prop, Example(B=2 + seed % 3, T=9 + seed, C=8, H=2, seed=seed,
-                                             cuts=(0, 3, 7))) for seed in range(60)]
+                                             cuts=(0, 3, 7))) for seed in range(30)]
     assert [o for o in outcomes if o.kind != "pass"] == []
     # ... and the noise is real: determinism, which allows none, sees it.
     assert check(jittery, "determinism", Example(B=2, T=9, C=8, H=2)).kind == "fail"
