@@ -145,3 +145,19 @@ def test_a_largest_violation_is_reported_beside_the_smallest_counterexample() ->
     assert result.verdict == "fail" and result.largest is not None, result
     assert result.measured is not None and result.largest["measured"] >= result.measured
     assert "largest violation" in report.summary()
+
+
+def test_an_in_process_run_gives_the_callers_torch_state_back() -> None:
+    import torch
+
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            report = attnspec.verify("attnspec.subjects.reference", only="width,oracle_grad",
+                                     max_examples=3, isolate=False, database=False)
+            assert report.ok, report.summary()
+            assert not torch.is_grad_enabled()
+        assert torch.get_default_dtype() == torch.float64
+    finally:
+        torch.set_default_dtype(before)

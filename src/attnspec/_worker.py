@@ -367,7 +367,18 @@ class InProcess:
         self._state = Executed(subject)
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
-        return dict(decode(encode(execute(self._state, decode(encode(request))))))
+        import torch
+
+        # execute() resets torch's global state for the subject; this process gets its own back.
+        grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
+        device = torch.get_default_device() if hasattr(torch, "get_default_device") else None
+        try:
+            return dict(decode(encode(execute(self._state, decode(encode(request))))))
+        finally:
+            torch.set_grad_enabled(grad)
+            torch.set_default_dtype(dtype)
+            if device is not None:
+                torch.set_default_device(device)
 
     def close(self) -> None:
         pass
