@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import attnspec
-from attnspec._engine import _progress_printer
+from attnspec._report import progress_printer
 
 ROOT = Path(__file__).parent.parent
 
@@ -95,7 +95,7 @@ class _Terminal(io.StringIO):
 
 def test_progress_is_a_live_line_on_a_terminal() -> None:
     stream = _Terminal()
-    show = _progress_printer(stream)
+    show = progress_printer(stream)
     show("causality", 3, 50, None)
     from attnspec._report import PropertyResult
 
@@ -110,7 +110,7 @@ def test_progress_is_plain_lines_when_not_a_terminal() -> None:
     from attnspec._report import PropertyResult
 
     stream = io.StringIO()
-    show = _progress_printer(stream)
+    show = progress_printer(stream)
     show("causality", 3, 50, None)
     show("causality", 50, 50, PropertyResult(id="causality", verdict="fail", examples=7,
                                              seconds=0.5))

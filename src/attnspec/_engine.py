@@ -24,7 +24,7 @@ import torch
 from ._errors import TargetError, UsageError
 from ._options import MAX_SEQ_LIMIT, PROFILES, RunOptions
 from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
-from ._report import PropertyResult, Report, check_report_path
+from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
 from ._subject import clip, default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
 
@@ -46,7 +46,6 @@ _CRASH_SHRINK_SECONDS = 30.0
 # A first pass over every property with this many examples: most broken subjects fail it, so a
 # verdict comes in seconds instead of after the properties before the failing one.
 _QUICK_EXAMPLES = 5
-Progress = Callable[[str, int, int, "PropertyResult | None"], None]
 
 
 def _stream_seed(seed: int, prop: str, stream: str) -> int:
@@ -124,17 +123,19 @@ class _Coverage:
 
 @dataclass
 class _State:
-    examples: int = 0
-    forwards: int = 0
-    failures: list[tuple[Example, Outcome]] = field(default_factory=list)
-    last: tuple[Example, Outcome] | None = None
-    largest: tuple[Example, Outcome] | None = None
-    crash: tuple[Example, SubjectCrash] | None = None
+    """What one property's run has seen so far, from which its `PropertyResult` is made."""
+
+    examples: int = 0  # examples run (a skipped one does not count)
+    forwards: int = 0  # forward calls they made, for forwards_per_example
+    failures: list[tuple[Example, Outcome]] = field(default_factory=list)  # every fail or error
+    last: tuple[Example, Outcome] | None = None  # the failure reported: the last Hypothesis kept
+    largest: tuple[Example, Outcome] | None = None  # the largest measured violation
+    crash: tuple[Example, SubjectCrash] | None = None  # the smallest crash or timeout
     crashes: int = 0
-    stop_shrinking: bool = False
-    first_failure_at: float | None = None
-    failed_after: int = 0
-    skip: str | None = None
+    stop_shrinking: bool = False  # a timeout or a failed restart: smaller tries cannot help
+    first_failure_at: float | None = None  # when shrinking began (its time budget)
+    failed_after: int = 0  # examples run when it began (its example budget)
+    skip: str | None = None  # why the subject skipped the property, if it did
     notes: set[str] = field(default_factory=set)
     drawn: _Coverage = field(default_factory=_Coverage)
 
@@ -516,25 +517,6 @@ def _private_hypothesis_home(private: bool) -> Iterator[None]:
             configuration.set_hypothesis_home_dir(previous)
 
 
-def _progress_printer(stream: Any) -> Progress:
-    """A live line on a terminal; plain lines, one per property, otherwise."""
-    tty = hasattr(stream, "isatty") and stream.isatty()
-    last = [0.0]
-
-    def show(prop: str, done: int, total: int, result: PropertyResult | None) -> None:
-        if result is not None:
-            line = (f"{prop:<20} {result.verdict:<8} {result.examples:>4} examples "
-                    f"{result.seconds:6.1f}s")
-            stream.write(("\r\x1b[K" if tty else "") + line + "\n")
-            stream.flush()
-        elif tty and time.monotonic() - last[0] > 0.1:
-            last[0] = time.monotonic()
-            stream.write(f"\r\x1b[K{prop:<20} running  {done:>4}/{total} examples")
-            stream.flush()
-
-    return show
-
-
 def verify(
     target: Any, *, only: Iterable[str] | str | None = None,
     skip: Iterable[str] | str | None = None, device: str = "all",
@@ -582,7 +564,7 @@ def verify(
                          reason="a replay runs one example of one property: give exactly one.")
     if report is not None:
         check_report_path(report)
-    show = _progress_printer(sys.stderr) if progress is True else (progress or None)
+    show = progress_printer(sys.stderr) if progress is True else (progress or None)
     result = Report(target=_target_name(target), header={},
                     properties=[PropertyResult(id=p) for p in props])
     try:

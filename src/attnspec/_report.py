@@ -8,12 +8,16 @@ import os
 import re
 import stat
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["PropertyResult", "Report", "check_report_path", "printable"]
 
 PASSING = ("pass", "skip")
+Progress = Callable[[str, int, int, "PropertyResult | None"], None]
+"""Called as (property, examples done, examples in all, its result once it has one)."""
 SCHEMA = 1
 # An existing file larger than this is not a report attnspec wrote, so it is never replaced.
 _REPORT_MAX_BYTES = 64 * 1024 * 1024
@@ -167,6 +171,25 @@ def printable(text: str) -> str:
 def _escape(char: str) -> str:
     code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def progress_printer(stream: Any) -> Progress:
+    """A live line on a terminal; plain lines, one per property, otherwise."""
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    last = [0.0]
+
+    def show(prop: str, done: int, total: int, result: PropertyResult | None) -> None:
+        if result is not None:
+            line = (f"{prop:<20} {result.verdict:<8} {result.examples:>4} examples "
+                    f"{result.seconds:6.1f}s")
+            stream.write(("\r\x1b[K" if tty else "") + line + "\n")
+            stream.flush()
+        elif tty and time.monotonic() - last[0] > 0.1:
+            last[0] = time.monotonic()
+            stream.write(f"\r\x1b[K{prop:<20} running  {done:>4}/{total} examples")
+            stream.flush()
+
+    return show
 
 
 def check_report_path(path: str | os.PathLike[str]) -> None:

@@ -94,7 +94,7 @@ def _is_path(spec: str) -> bool:
     return os.path.exists(spec)
 
 
-def _where(error: BaseException, files: tuple[str, ...]) -> str:
+def _error_location(error: BaseException, files: tuple[str, ...]) -> str:
     """`file:line: Type: message`, at the subject's own frame when there is one."""
     if isinstance(error, SyntaxError):
         return f"{error.filename}:{error.lineno}: SyntaxError: {error.msg}"
@@ -129,7 +129,7 @@ def _import(target: str, spec: str) -> tuple[ModuleType, str]:
         except Exception as error:
             del sys.modules[name]
             raise TargetError(f"TARGET {target!r} failed to import: "
-                              f"{_where(error, (path,))}") from None
+                              f"{_error_location(error, (path,))}") from None
         return module, path
     if "." not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # a dotted TARGET resolves from where the user stands
@@ -139,9 +139,11 @@ def _import(target: str, spec: str) -> tuple[ModuleType, str]:
         if error.name and spec.startswith(error.name):
             raise TargetError(f"TARGET {target!r}: no module named {error.name!r} "
                               "(neither a file nor an importable module).") from None
-        raise TargetError(f"TARGET {target!r} failed to import: {_where(error, ())}") from None
+        raise TargetError(f"TARGET {target!r} failed to import: "
+                          f"{_error_location(error, ())}") from None
     except Exception as error:
-        raise TargetError(f"TARGET {target!r} failed to import: {_where(error, ())}") from None
+        raise TargetError(f"TARGET {target!r} failed to import: "
+                          f"{_error_location(error, ())}") from None
     return module, getattr(module, "__file__", None) or spec
 
 

@@ -275,7 +275,8 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
                 stop: _Stop) -> int:
-    from ._engine import _progress_printer, verify
+    from ._engine import verify
+    from ._report import progress_printer
 
     dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]
     replay = None if args.replay is None else _replay_object(args.replay)
@@ -283,8 +284,8 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
     if plain:  # the engine writes after every property; a pipe's reader wants one document
         check_report_path(args.report)
 
-    # The engine's printer writes to the stream it is given: a safe one survives `2>&-`.
-    printer = (lambda *a: None) if args.no_progress else _progress_printer(err)
+    # The printer writes to the stream it is given: a safe one survives `2>&-`.
+    printer = (lambda *a: None) if args.no_progress else progress_printer(err)
 
     def progress(prop: str, done: int, total: int, result: Any) -> None:
         printer(prop, done, total, result)
