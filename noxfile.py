@@ -24,9 +24,12 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """attnspec's own tests (CI): the catalogue's smallest share, the CLI, the lab, mypy."""
+    """attnspec's own tests (CI): the catalogue's smallest share, the CLI, the lab; then
+    mypy --strict in the same environment."""
     session.install(*CONSTRAINTS, "-e", ".[test]")
     session.run("pytest", "tests", "--durations=15", *session.posargs)
+    if not session.posargs:  # a chosen subset of tests is not a reason to type-check
+        session.run("mypy", "--strict", "src", "examples")
 
 
 @nox.session
