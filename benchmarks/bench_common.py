@@ -38,6 +38,8 @@ class Config:
     quick: bool = False
     threads: int | None = None
     """torch.set_num_threads for the forward timings (sections 1, 2); None leaves the default."""
+    rejection_only: bool = False
+    """Section 4 times only the goal's figure (exitfirst, once per module), not full verifies."""
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr,
                                                                   flush=True))
 

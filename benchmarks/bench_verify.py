@@ -215,7 +215,8 @@ def broken(cfg: Config) -> dict[str, Any]:
     timed = [p for p in paths if p not in cuda_only]
     # The full verify of every module is the most expensive measurement of the whole run, so
     # it runs once; exitfirst (the goal's figure) runs twice.
-    rounds = {"exitfirst": cfg.pick(2, 1), "full": 1}
+    rounds = {"exitfirst": 1 if cfg.rejection_only else cfg.pick(2, 1),
+              "full": 0 if cfg.rejection_only else 1}
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         p: {"exitfirst": [], "full": []} for p in timed}
     for r in range(max(rounds.values())):
@@ -244,12 +245,12 @@ def broken(cfg: Config) -> dict[str, Any]:
             rows.append([name, want, "load error: " + errors[0][:80], "", "", "", "", "MISS"])
             continue
         ef_wall = median([run["wall"] for run in ef])
-        full_wall = median([run["wall"] for run in full])
-        first = ef[0]["first_rejection"] or full[0]["first_rejection"]
+        full_wall = median([run["wall"] for run in full]) if full else float("nan")
+        first = ef[0]["first_rejection"] or (full[0]["first_rejection"] if full else None)
         in_full = [run["first_rejection"]["seconds"] for run in full if run["first_rejection"]]
         first_s = median(in_full) if in_full else None
         is_rejected = not ef[0]["ok"]
-        failing = [pid for pid, p in full[0]["properties"].items()
+        failing = [pid for pid, p in (full or ef)[0]["properties"].items()
                    if p["verdict"] not in ("pass", "skip", "not_run")]
         rejected += is_rejected
         ok = is_rejected

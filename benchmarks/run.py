@@ -71,6 +71,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", action="append", metavar="SECTION",
                         help="run only these sections (repeat or comma-separate): "
                              + ", ".join(SECTIONS) + " (or 1-5)")
+    parser.add_argument("--rejection-only", action="store_true",
+                        help="section 4 (broken) times exitfirst once per module, no full "
+                             "verifies: the goal's figure in a few minutes")
     parser.add_argument("--threads", type=int, metavar="N",
                         help="torch.set_num_threads(N) for the forward timings (sections 1 and "
                              "2); by default torch's own choice is left alone and recorded")
@@ -166,7 +169,8 @@ def _write(path: str, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    cfg = Config(device=args.device, quick=args.quick, threads=args.threads)
+    cfg = Config(device=args.device, quick=args.quick, threads=args.threads,
+                 rejection_only=args.rejection_only)
     default_threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
