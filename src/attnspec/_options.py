@@ -19,6 +19,11 @@ DEVICES = ("cpu", "cuda", "all")
 # B <= 4 and H <= 8 are drawn, so the (B, H, T, T) scores reach 4 * 8 * T * T elements.
 MAX_SEQ_LIMIT = 4096
 
+# The (C, H) generation draws: H in 1..MAX_HEADS, D in 1..MAX_HEAD_DIM, C = H * D. The worker
+# asks a subject's `supports` about exactly these.
+MAX_HEADS = 8
+MAX_HEAD_DIM = 16
+
 
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
+from ._options import MAX_HEAD_DIM, MAX_HEADS
+
 __all__ = ["batch_sizes", "configs", "cut_points", "invalid_configs", "seq_lengths"]
 
 
@@ -42,7 +44,7 @@ def batch_sizes(*, min_value: int = 1, max_value: int = 4) -> st.SearchStrategy[
 
 
 def configs(
-    *, max_heads: int = 8, max_head_dim: int = 16,
+    *, max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM,
     supported: Sequence[tuple[int, int]] | None = None,
 ) -> st.SearchStrategy[tuple[int, int]]:
     """Valid (C, H) pairs: H in 1..max_heads, D in 1..max_head_dim, C = H * D.

@@ -27,14 +27,15 @@ from typing import Any, Protocol
 
 from ._errors import TargetError
 from ._execute import Executed, execute
+from ._options import MAX_HEAD_DIM, MAX_HEADS
 from ._subject import Subject, fault_text
 from ._wire import WireError, decode, encode
 
 __all__ = ["Executor", "InProcess", "SubjectCrash", "SubjectInfo", "Worker", "grid"]
 
-# The (C, H) pairs that generation can draw (H 1..8, D 1..16): `supports` is asked about each once.
-GRID_H = range(1, 9)
-GRID_D = range(1, 17)
+# The (C, H) pairs that generation can draw: `supports` is asked about each once.
+GRID_H = range(1, MAX_HEADS + 1)
+GRID_D = range(1, MAX_HEAD_DIM + 1)
 # How often the worker checks that its parent is still there.
 _PARENT_POLL = 0.5
 
