@@ -24,12 +24,10 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """attnspec's own tests (CI): the catalogue's smallest share, the CLI, the lab; then
-    mypy --strict in the same environment."""
+    """attnspec's own tests (CI): the catalogue's smallest share, the CLI, the lab, mypy
+    --strict (tests/test_examples_typing.py); two pytest workers, one per core."""
     session.install(*CONSTRAINTS, "-e", ".[test]")
-    session.run("pytest", "tests", "--durations=15", *session.posargs)
-    if not session.posargs:  # a chosen subset of tests is not a reason to type-check
-        session.run("mypy", "--strict", "src", "examples")
+    session.run("pytest", "tests", "-n", "2", "--durations=15", *session.posargs)
 
 
 @nox.session
