@@ -224,3 +224,13 @@ def test_the_wire_format_sends_tensors_with_odd_strides() -> None:
     # A transposed (1, 1) slice keeps a stride of 3: hf_gpt2's export at C = 1 has one.
     odd = torch.randn(1, 3)[:, :1].T
     assert torch.equal(decode(encode({"w": odd}))["w"], odd)
+
+
+def test_a_malformed_answer_from_the_worker_is_the_subjects_error() -> None:
+    class Garbled:
+        def run(self, request: dict[str, object]) -> dict[str, object]:
+            return {"kind": "ok", "results": ["not a result"]}
+
+    outcome = run_check(Garbled(), "width", Example(B=1, T=2, C=4, H=2))  # type: ignore[arg-type]
+    assert outcome.kind == "error"
+    assert outcome.message.startswith("the worker answered 1 steps with list")

@@ -109,8 +109,13 @@ class Context:
                                     "steps": list(steps)})
         if answer.get("kind") != "ok":
             raise SubjectFault(str(answer.get("message", "the worker gave no answer")))
-        results = answer["results"]
-        assert isinstance(results, list) and len(results) == len(steps)
+        results = answer.get("results")
+        # The worker's process is the subject's: an answer of the wrong form is its fault.
+        if not (isinstance(results, list) and len(results) == len(steps)
+                and all(isinstance(r, dict) for r in results)):
+            raise SubjectFault(f"the worker answered {len(steps)} steps with "
+                               f"{type(results).__name__} {str(results)[:80]!r}, not one "
+                               "result per step (did the subject write to attnspec's pipe?).")
         return results
 
     def forwards_of(self, ex: Example, xs: Sequence[Tensor], *,
