@@ -162,6 +162,8 @@ class Session:
         self.timeout = options.timeout
         self.max_seq = options.max_seq
         self._crash_shrink_left = _CRASH_SHRINK_SECONDS
+        self._passed: dict[str, tuple[_State, float]] = {}  # quick passes the full pass continues
+        self._strategies: dict[str, Any] = {}  # one Hypothesis strategy per property, built once
         # CI services set CI: derandomized and no database, as --profile ci. A --seed still wins.
         ci, database = options.ci, options.database
         self.derandomize = (ci and options.seed is None) if options.derandomize is None \
@@ -233,26 +235,14 @@ class Session:
     # ---- drawing examples --------------------------------------------------------------
 
     def _draw(self, data: Any, prop: str) -> Example:
-        from hypothesis import strategies as st
+        strategy = self._strategies.get(prop)
+        if strategy is None:
+            from ._strategies import examples
 
-        from ._strategies import batch_sizes, configs, cut_points, invalid_configs, seq_lengths
-
-        spec = BY_ID[prop]
-        if spec.invalid_configs:
-            C, H = data.draw(invalid_configs(), label="C, H (invalid)")
-            return Example(B=1, T=1, C=C, H=H)
-        devices = ["cuda"] if spec.needs_cuda else [d for d in self.devices if self.dtypes[d]]
-        device = data.draw(st.sampled_from(devices), label="device")
-        dtype = data.draw(st.sampled_from(self.dtypes[device]), label="dtype")
-        C, H = data.draw(configs(supported=self.info.supported), label="C, H")
-        B = data.draw(batch_sizes(min_value=spec.min_batch), label="B")
-        T = data.draw(seq_lengths(max_value=self.max_seq), label="T")
-        cuts = data.draw(cut_points(T), label="cut points") if spec.uses_cuts else ()
-        scale = data.draw(st.sampled_from((1.0, 4.0)), label="scale") if spec.scaled_inputs \
-            else 1.0
-        seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
-        return Example(B=B, T=T, C=C, H=H, dtype=dtype, device=device, seed=seed, cuts=cuts,
-                       scale=scale)
+            strategy = self._strategies[prop] = examples(
+                BY_ID[prop], dtypes=self.dtypes, supported=self.info.supported,
+                max_seq=self.max_seq)
+        return data.draw(strategy, label="example")  # type: ignore[no-any-return]
 
     # ---- running -----------------------------------------------------------------------
 
@@ -408,7 +398,8 @@ class Session:
         """Check one property with Hypothesis; the failure, if any, is shrunk to a small one.
 
         `stream` names the pass (verify's quick first pass is "quick"), so that each pass of a
-        seeded run draws its own examples.
+        seeded run draws its own examples. A full pass after a quick pass that passed continues
+        it: the examples it ran count towards the property's total, and are not run again.
         """
         from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         from hypothesis import seed as hypothesis_seed
@@ -423,8 +414,15 @@ class Session:
         reason = self._skip_reason(prop)
         if reason is not None:
             return PropertyResult(id=prop, verdict="skip", message=reason)
-        state = _State()
         total = max_examples or self.max_examples
+        state, earlier = self._passed.pop(prop, (_State(), 0.0)) if stream == "full" else (
+            _State(), 0.0)
+        start -= earlier
+        if state.examples >= total:
+            done = self._result(prop, state, time.perf_counter() - start)
+            if progress is not None:
+                progress(prop, done.examples, total, done)
+            return done
 
         def test(data: Any) -> None:
             ex = self._draw(data, prop)
@@ -454,7 +452,8 @@ class Session:
         db = DirectoryBasedExampleDatabase(self.database) if (
             self.database and not self.derandomize) else None
         config = settings(
-            max_examples=total, deadline=None, database=db, derandomize=self.derandomize,
+            max_examples=total - state.examples, deadline=None, database=db,
+            derandomize=self.derandomize,
             report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False,
             suppress_health_check=list(HealthCheck),
             phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
@@ -494,6 +493,8 @@ class Session:
                                 "for shrinking crashes were spent on earlier properties")
             self._crash_shrink_left -= time.perf_counter() - state.first_failure_at
         result = self._result(prop, state, time.perf_counter() - start)
+        if stream == "quick" and result.verdict == "pass":
+            self._passed[prop] = (state, time.perf_counter() - start)
         if progress is not None:
             progress(prop, result.examples, total, result)
         return result

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from hypothesis import strategies as st
 
 from ._options import MAX_HEAD_DIM, MAX_HEADS
+from ._properties import Example, Property
 
-__all__ = ["batch_sizes", "configs", "cut_points", "invalid_configs", "seq_lengths"]
+__all__ = ["batch_sizes", "configs", "cut_points", "examples", "invalid_configs", "seq_lengths"]
 
 
 def _powers_of_two_and_neighbours(first: int, limit: int) -> set[int]:
@@ -80,3 +81,36 @@ def cut_points(T: int) -> st.SearchStrategy[tuple[int, ...]]:
     fixed = sorted(t for t in base if 0 <= t < T)
     extra = st.lists(st.integers(0, max(0, T - 1)), max_size=4)
     return extra.map(lambda more: tuple(sorted(set(fixed) | set(more))))
+
+
+def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
+             supported: Sequence[tuple[int, int]] | None, max_seq: int,
+             ) -> st.SearchStrategy[Example]:
+    """Every example `prop` is checked on, as one strategy (built once per run and property).
+
+    `dtypes` maps each device to check to its dtypes; `supported` is the subject's (C, H) list.
+    """
+    if prop.invalid_configs:
+        return invalid_configs().map(lambda ch: Example(B=1, T=1, C=ch[0], H=ch[1]))
+    devices = ["cuda"] if prop.needs_cuda else [d for d in dtypes if dtypes[d]]
+    by_device = {d: st.sampled_from(list(dtypes[d])) for d in devices}
+    device_st = st.sampled_from(devices)
+    config_st = configs(supported=supported)
+    batch_st = batch_sizes(min_value=prop.min_batch)
+    seq_st = seq_lengths(max_value=max_seq)
+    scale_st = st.sampled_from((1.0, 4.0))
+    seed_st = st.integers(0, 2**31 - 1)
+
+    @st.composite
+    def draw(draw: st.DrawFn) -> Example:
+        device = draw(device_st)
+        dtype = draw(by_device[device])
+        C, H = draw(config_st)
+        B = draw(batch_st)
+        T = draw(seq_st)
+        cuts = draw(cut_points(T)) if prop.uses_cuts else ()
+        scale = draw(scale_st) if prop.scaled_inputs else 1.0
+        return Example(B=B, T=T, C=C, H=H, dtype=dtype, device=device, seed=draw(seed_st),
+                       cuts=cuts, scale=scale)
+
+    return draw()
