@@ -170,7 +170,19 @@ def test_causality_costs_the_same_forward_calls_for_any_T(T: int) -> None:
     cuts = tuple(range(T))  # every cut point, batched into the same calls
     ex = Example(B=1, T=T, C=8, H=2, seed=1, cuts=cuts)
     outcome = check(InProcess("attnspec.subjects.reference"), "causality", ex)
-    assert outcome.kind == "pass" and outcome.forwards == 4
+    assert outcome.kind == "pass" and outcome.forwards == 2
+
+
+@pytest.mark.parametrize(("prop", "calls"), [("causality", 2), ("batch_independence", 3)])
+def test_only_a_change_seen_pays_for_a_second_jitter_sample(prop: str, calls: int) -> None:
+    # Exactly unchanged outputs pass on one set of calls; any change is judged against the
+    # jitter of two (the second set repeats the first, call for call).
+    ex = Example(B=2, T=9, C=8, H=2, seed=1, cuts=(0, 3, 7))
+    assert check(InProcess("attnspec.subjects.reference"), prop, ex).forwards == calls
+    jittery = InProcess(SimpleNamespace(__name__="jittery",
+                                        build=lambda c, h: Jittery(c, h, 1e-7)))
+    outcome = check(jittery, prop, ex)
+    assert outcome.kind == "pass" and outcome.forwards == 2 * calls
 
 
 def test_grad_causality_uses_one_forward_for_every_cut() -> None:
@@ -184,6 +196,26 @@ def test_max_abs_diff_treats_matching_nan_and_inf_as_equal_and_lone_nan_as_infin
     assert tol.max_abs_diff(a, a.clone()) == (0.0, None)
     b = torch.tensor([1.0, 0.0, math.inf, 2.5])
     assert tol.max_abs_diff(a, b) == (math.inf, (1,))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_max_abs_diff_agrees_with_the_plain_definition(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    shape = tuple(int(n) for n in torch.randint(1, 5, (3,), generator=gen))
+    a = torch.randn(shape, generator=gen, dtype=torch.float64)
+    b = a.clone() if seed % 3 == 0 else a + 1e-3 * torch.randn(shape, generator=gen,
+                                                               dtype=torch.float64)
+    specials = torch.tensor([math.nan, math.inf, -math.inf, 0.0], dtype=torch.float64)
+    for t in (a, b):  # a few NaN and inf entries, some matching, some not
+        picks = torch.rand(shape, generator=gen) < 0.15
+        t[picks] = specials[torch.randint(0, 4, (int(picks.sum()),), generator=gen)]
+    plain = (a - b).abs()
+    plain[(a.isnan() & b.isnan()) | ((a == b) & a.isinf())] = 0.0
+    plain = torch.nan_to_num(plain, nan=math.inf)
+    value, where = tol.max_abs_diff(a, b)
+    assert value == float(plain.max())
+    assert (where is None) == (value == 0)
+    assert where is None or float(plain[where]) == value
 
 
 def test_tolerance_floor_keeps_a_zero_yardstick_possible() -> None:
@@ -228,7 +260,10 @@ def test_the_wire_format_sends_tensors_with_odd_strides() -> None:
 
 def test_a_malformed_answer_from_the_worker_is_the_subjects_error() -> None:
     class Garbled:
-        def run(self, request: dict[str, object]) -> dict[str, object]:
+        def submit(self, request: dict[str, object]) -> None:
+            pass
+
+        def collect(self) -> dict[str, object]:
             return {"kind": "ok", "results": ["not a result"]}
 
     outcome = run_check(Garbled(), "width", Example(B=1, T=2, C=4, H=2))  # type: ignore[arg-type]

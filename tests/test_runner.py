@@ -557,3 +557,21 @@ def test_worker_whose_parent_is_gone_exits_quietly(capfd: pytest.CaptureFixture[
     ours.close()  # the runner was killed: its end of the socket is gone
     _worker._serve(Connection(theirs.detach()))
     assert capfd.readouterr().err == ""  # no BrokenPipeError traceback on the user's terminal
+
+
+def test_an_answer_left_uncollected_is_never_taken_for_the_next_one() -> None:
+    # A check interrupted between submit and collect (Ctrl-C) must not shift every later answer.
+    from attnspec._properties import Context, Example, _inputs
+    from attnspec._worker import Worker
+
+    ex = Example(B=1, T=3, C=4, H=2, seed=1)
+    first, second = _inputs(ex), _inputs(ex, salt=7)
+    worker = Worker("attnspec.subjects.reference")
+    try:
+        ctx = Context(worker)
+        (want,) = ctx.forwards_of(ex, [second])
+        ctx.submit(ex, [{"op": "forward", "x": first}])  # never collected
+        (got,) = ctx.forwards_of(ex, [second])
+        assert torch.equal(got, want)
+    finally:
+        worker.close()

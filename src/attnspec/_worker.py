@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from typing import Any, Protocol
 from ._errors import TargetError
 from ._execute import Executed, execute
 from ._options import MAX_HEAD_DIM, MAX_HEADS
+from ._spawn import spawn, take
 from ._subject import Subject, fault_text
 from ._wire import WireError, decode, encode
 
@@ -94,6 +94,11 @@ class Executor(Protocol):
     info: SubjectInfo
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+    def submit(self, request: dict[str, Any]) -> None:
+        """Start `request`; `collect` gives its answer (the runner works in between)."""
+
+    def collect(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
@@ -203,14 +208,6 @@ def _signal_name(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _open_fd(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
-
-
 _LIVE: weakref.WeakSet[Worker] = weakref.WeakSet()
 
 
@@ -218,10 +215,6 @@ _LIVE: weakref.WeakSet[Worker] = weakref.WeakSet()
 def _kill_live_workers() -> None:
     for worker in list(_LIVE):
         worker._kill()
-
-
-_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from attnspec._worker import main; "
-         "main(int(sys.argv[2]), int(sys.argv[3]))")
 
 
 class Worker:
@@ -236,6 +229,7 @@ class Worker:
         self._conn: Connection | None = None
         self.restarts = -1
         self._restart_error: str | None = None
+        self._outstanding = False  # a request sent whose answer is not yet read
         _LIVE.add(self)
         self.info = self._start()
 
@@ -243,24 +237,9 @@ class Worker:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
-    def _spawn(self) -> tuple[subprocess.Popen[bytes], Connection]:
-        ours, theirs = socket.socketpair()
-        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        # The subject's prints go to stderr: stdout is the verdict table's.
-        err: Any = None if _open_fd(2) else subprocess.DEVNULL
-        out: Any = 2 if err is None else subprocess.DEVNULL
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, package_parent, str(theirs.fileno()),
-                 str(os.getpid())],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(theirs.fileno(),),
-                start_new_session=True)  # its own process group, killed as one
-        finally:
-            theirs.close()
-        return process, Connection(ours.detach())
-
     def _start(self) -> SubjectInfo:
-        process, conn = self._spawn()
+        # The first start adopts a worker `attnspec verify` started ahead, if there is one.
+        process, conn = (self.restarts < 0 and take()) or spawn()
         self._process, self._conn = process, conn
         self.restarts += 1
         try:
@@ -297,6 +276,7 @@ class Worker:
 
     def _kill(self) -> None:
         process, self._process = self._process, None
+        self._outstanding = False
         if process is not None:
             try:  # the group: the worker and whatever the subject spawned
                 os.killpg(process.pid, signal.SIGKILL)
@@ -311,6 +291,15 @@ class Worker:
         self._conn = None
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.submit(request)
+        return self.collect()
+
+    def submit(self, request: dict[str, Any]) -> None:
+        if self._outstanding:  # an answer nobody collected (Ctrl-C in between): not this one's
+            try:
+                self.collect()
+            except SubjectCrash:
+                pass
         if self._process is None or self._process.poll() is not None:
             self._kill()
             if self._restart_error is not None:
@@ -321,10 +310,15 @@ class Worker:
                 self._restart_error = f"the worker could not be restarted: {error}"
                 raise SubjectCrash("crash", self._restart_error, ran=False) from None
         assert self._conn is not None and self._process is not None
+        self._outstanding = True
         try:
             self._conn.send_bytes(encode(request))
         except OSError:
-            pass  # it died since the last answer: the receive below says how
+            pass  # it died since the last answer: collect() says how
+
+    def collect(self) -> dict[str, Any]:
+        assert self._conn is not None and self._process is not None and self._outstanding
+        self._outstanding = False
         if not _wait(self._conn, self._process.pid, self.timeout):
             self._kill()
             raise SubjectCrash("timeout", f"no answer within --timeout {self.timeout:g} s; "
@@ -366,6 +360,16 @@ class InProcess:
             target)
         self.info = SubjectInfo.of(subject)
         self._state = Executed(subject)
+        self._pending: dict[str, Any] | None = None
+
+    def submit(self, request: dict[str, Any]) -> None:
+        self._pending = request  # run at collect(): in one process nothing runs in between
+
+    def collect(self) -> dict[str, Any]:
+        request, self._pending = self._pending, None
+        if request is None:
+            raise RuntimeError("collect() without a submit()")
+        return self.run(request)
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         import torch
@@ -378,8 +382,8 @@ class InProcess:
         finally:
             torch.set_grad_enabled(grad)
             torch.set_default_dtype(dtype)
-            if device is not None:
-                torch.set_default_device(device)
+            if device is not None:  # cpu is the default: setting it would add a mode to every op
+                torch.set_default_device(None if device == torch.device("cpu") else device)
 
     def close(self) -> None:
         pass
