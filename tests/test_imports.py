@@ -41,3 +41,18 @@ def test_errors_are_named_where_users_import_them_from() -> None:
                  "UsageError"):
         error = getattr(attnspec, name)
         assert f"{error.__module__}.{error.__qualname__}" == f"attnspec.{name}"
+
+
+def test_the_command_line_starts_without_torch() -> None:
+    # `attnspec verify` starts its worker (which imports torch) before it imports torch itself.
+    probe = "import sys, attnspec._cli; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "False", "importing attnspec._cli imported torch"
+
+
+def test_the_dtype_names_agree() -> None:
+    from attnspec import _options, _subject
+
+    assert tuple(_subject.DTYPE_NAMES) == _options.DTYPE_NAMES

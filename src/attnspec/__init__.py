@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._api import trace as trace
-from ._config import AttentionConfig as AttentionConfig
-from ._config import divisors as divisors
 from ._errors import AttnspecError as AttnspecError
 from ._errors import ConfigError as ConfigError
 from ._errors import DivisibilityError as DivisibilityError
 from ._errors import ShapeError as ShapeError
 from ._errors import TargetError as TargetError
 from ._errors import UsageError as UsageError
-from ._reference import AttentionWeights as AttentionWeights
-from ._reference import CausalSelfAttention as CausalSelfAttention
-from ._reference import HeadTensor as HeadTensor
-from ._reference import Residual as Residual
-from ._trace import ShapeTrace as ShapeTrace
-from ._typecheck import typecheck_enabled as typecheck_enabled
 
 __version__ = "0.1.0"
 
@@ -28,24 +20,39 @@ for _error in (AttnspecError, ConfigError, DivisibilityError, ShapeError, Target
 del _error
 
 if TYPE_CHECKING:
+    from ._api import trace as trace
+    from ._config import AttentionConfig as AttentionConfig
+    from ._config import divisors as divisors
     from ._engine import PROPERTIES as PROPERTIES
     from ._engine import verify as verify
     from ._plot import plot_heads as plot_heads
+    from ._reference import AttentionWeights as AttentionWeights
+    from ._reference import CausalSelfAttention as CausalSelfAttention
+    from ._reference import HeadTensor as HeadTensor
+    from ._reference import Residual as Residual
     from ._report import Report as Report
+    from ._trace import ShapeTrace as ShapeTrace
+    from ._typecheck import typecheck_enabled as typecheck_enabled
+
+# Loaded when first used: `attnspec verify` starts its worker before torch is imported, and the
+# engine (Hypothesis) and plots (matplotlib) cost nothing until asked for.
+_LAZY = {
+    "trace": "._api", "AttentionConfig": "._config", "divisors": "._config",
+    "PROPERTIES": "._engine", "verify": "._engine", "plot_heads": "._plot",
+    "AttentionWeights": "._reference", "CausalSelfAttention": "._reference",
+    "HeadTensor": "._reference", "Residual": "._reference", "Report": "._report",
+    "ShapeTrace": "._trace", "typecheck_enabled": "._typecheck",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # The engine pulls in Hypothesis: load it only when asked for.
-    if name in ("verify", "PROPERTIES"):
-        from . import _engine
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attnspec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
 
-        return getattr(_engine, name)
-    if name == "plot_heads":  # matplotlib is imported inside, when it is called
-        from ._plot import plot_heads
 
-        return plot_heads
-    if name == "Report":
-        from ._report import Report
-
-        return Report
-    raise AttributeError(f"module 'attnspec' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

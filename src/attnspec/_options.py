@@ -7,9 +7,11 @@ import os
 from dataclasses import dataclass
 
 from ._errors import UsageError
-from ._subject import DTYPE_NAMES
 
-__all__ = ["DEVICES", "MAX_SEQ_LIMIT", "PROFILES", "RunOptions"]
+__all__ = ["DEVICES", "DTYPE_NAMES", "MAX_SEQ_LIMIT", "PROFILES", "RunOptions"]
+
+# The dtypes attnspec checks, by name (torch-free, so the command line starts fast).
+DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
 
 PROFILES: dict[str, int] = {"smoke": 10, "default": 50, "thorough": 400, "ci": 50}
 """Examples per property for each tier; `ci` is `default`, derandomized, without a database."""
