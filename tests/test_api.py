@@ -17,10 +17,10 @@ from attnspec._report import progress_printer
 ROOT = Path(__file__).parent.parent
 
 PUBLIC = [
-    "AttentionConfig", "AttentionWeights", "AttnspecError", "CausalSelfAttention",
-    "ConfigError", "DivisibilityError", "HeadTensor", "PROPERTIES", "Report", "Residual",
-    "ShapeError", "ShapeTrace", "TargetError", "UsageError", "divisors", "plot_heads", "trace",
-    "typecheck_enabled", "verify",
+    "ALiBi", "AttentionConfig", "AttentionSpec", "AttentionWeights", "AttnspecError",
+    "CausalSelfAttention", "ConfigError", "DivisibilityError", "HeadTensor", "PROPERTIES",
+    "Report", "Residual", "RoPE", "ShapeError", "ShapeTrace", "SpecAttention", "TargetError",
+    "UsageError", "divisors", "plot_heads", "trace", "typecheck_enabled", "verify",
 ]
 
 
@@ -40,14 +40,15 @@ def test_public_api_is_pinned() -> None:
 def test_builtin_subjects_are_pinned() -> None:
     from attnspec import subjects
 
-    assert subjects.BUILTIN == ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2")
+    assert subjects.BUILTIN == ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2",
+                                "variants")
 
 
 def test_property_ids_are_designs_contract() -> None:
     assert attnspec.PROPERTIES == (
         "width", "dtype", "divisibility", "causality", "prefix", "batch_independence",
         "determinism", "input_unchanged", "finite", "oracle", "oracle_grad", "grad_causality",
-        "device_agreement")
+        "device_agreement", "window")
 
 
 def test_verify_accepts_a_module_object_in_process() -> None:

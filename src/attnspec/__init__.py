@@ -31,8 +31,12 @@ if TYPE_CHECKING:
     from ._reference import HeadTensor as HeadTensor
     from ._reference import Residual as Residual
     from ._report import Report as Report
+    from ._spec import ALiBi as ALiBi
+    from ._spec import AttentionSpec as AttentionSpec
+    from ._spec import RoPE as RoPE
     from ._trace import ShapeTrace as ShapeTrace
     from ._typecheck import typecheck_enabled as typecheck_enabled
+    from ._variants import SpecAttention as SpecAttention
 
 # Loaded when first used: `attnspec verify` starts its worker before torch is imported, and the
 # engine (Hypothesis) and plots (matplotlib) cost nothing until asked for.
@@ -41,7 +45,8 @@ _LAZY = {
     "PROPERTIES": "._engine", "verify": "._engine", "plot_heads": "._plot",
     "AttentionWeights": "._reference", "CausalSelfAttention": "._reference",
     "HeadTensor": "._reference", "Residual": "._reference", "Report": "._report",
-    "ShapeTrace": "._trace", "typecheck_enabled": "._typecheck",
+    "ShapeTrace": "._trace", "typecheck_enabled": "._typecheck", "AttentionSpec": "._spec",
+    "RoPE": "._spec", "ALiBi": "._spec", "SpecAttention": "._variants",
 }
 
 

@@ -1,0 +1,267 @@
+"""The attention spec (protocol v2): one frozen value for the attention a subject implements.
+
+Everything a plain (C, H) pair said, and what real models add: grouped key/value heads, a head
+size of its own, a sliding window, the score scale, a soft cap, and positions (RoPE or ALiBi).
+Validated when made, so an impossible spec fails here with the rule and what would work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ._config import _check_count, check_config, divisors
+from ._errors import ConfigError, DivisibilityError
+
+__all__ = ["VARIABLE_FIELDS", "ALiBi", "AttentionSpec", "RoPE", "alibi_slopes", "parse_variants"]
+
+
+@dataclass(frozen=True)
+class RoPE:
+    """Rotary position embeddings on queries and keys.
+
+    - `theta`: the base of the rotation frequencies, theta^(-2i / rotary_dim).
+    - `fraction`: the share of each head's D channels rotated (GPT-NeoX's rotary_pct); the
+      first `int(D * fraction)` channels rotate, the rest pass through.
+    - `interleaved`: rotate channel pairs (0, 1), (2, 3), ... (GPT-J) instead of the halves
+      (i, i + rotary_dim / 2) (GPT-NeoX, Llama: "rotate half").
+    """
+
+    theta: float = 10000.0
+    fraction: float = 1.0
+    interleaved: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("theta", "fraction"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+                    value) or value <= 0:
+                raise ConfigError(f"Invalid RoPE: {name}={value!r}; it must be a finite number "
+                                  "> 0.")
+        if self.fraction > 1:
+            raise ConfigError(f"Invalid RoPE: fraction={self.fraction!r}; it is the share of "
+                              "each head's channels that rotate, so at most 1.")
+        if not isinstance(self.interleaved, bool):
+            raise ConfigError(f"Invalid RoPE: interleaved={self.interleaved!r}; it must be a "
+                              "bool.")
+
+    def rotary_dim(self, head_dim: int) -> int:
+        """The channels of a head that rotate."""
+        return int(head_dim * self.fraction)
+
+
+@dataclass(frozen=True)
+class ALiBi:
+    """Attention with linear biases: head h adds -slope_h * (i - j) to the score of query i and
+    key j, with the paper's slopes (`alibi_slopes`), as BLOOM and MPT use them."""
+
+
+def alibi_slopes(n_head: int) -> list[float]:
+    """The standard ALiBi slopes: 2^(-8 (h + 1) / H) for H a power of two; otherwise those of
+    the power of two below H, then every other slope of the one above (Press et al., BLOOM)."""
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_head).is_integer():
+        return power_of_two(n_head)
+    below = 2 ** math.floor(math.log2(n_head))
+    return power_of_two(below) + alibi_slopes(2 * below)[0::2][:n_head - below]
+
+
+def _positive(owner: str, name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+            value) or value <= 0:
+        raise ConfigError(f"Invalid {owner}: {name}={value!r}; it must be a finite number > 0.")
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """The attention a subject implements (docs/design.md, "The attention spec").
+
+    ```python
+    AttentionSpec(n_embd=64, n_head=8, n_kv_head=2, positions=RoPE())   # Llama-style GQA
+    AttentionSpec(n_embd=64, n_head=8, window=16)                        # Mistral-style
+    AttentionSpec(n_embd=64, n_head=8, n_kv_head=3)   # ConfigError: ... 1, 2, 4, 8.
+    ```
+
+    - `n_embd`: C, the residual width.
+    - `n_head`: H, the query heads.
+    - `n_kv_head`: G, the key/value heads (None: G = H). H % G == 0; query head h reads
+      key/value head h // (H / G). G = 1 is multi-query attention.
+    - `head_dim`: D (None: C / H, and then C % H == 0). When given, the q and o projections
+      are H·D wide, which need not be C (Gemma).
+    - `window`: key j is visible to query i iff i - window < j <= i (None: every j <= i).
+    - `scale`: the score scale (None: 1 / sqrt(D)).
+    - `softcap`: scores become softcap * tanh(scores / softcap) before masking (Gemma-2).
+    - `positions`: None, `RoPE(...)` or `ALiBi()`.
+    - `bias`: whether the q, k, v and o projections have biases.
+    """
+
+    n_embd: int
+    n_head: int
+    n_kv_head: int | None = None
+    head_dim: int | None = None
+    window: int | None = None
+    scale: float | None = None
+    softcap: float | None = None
+    positions: RoPE | ALiBi | None = field(default=None)
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        what = f"Invalid attention spec (n_embd={self.n_embd!r}, n_head={self.n_head!r}"
+        if self.head_dim is None:
+            check_config(self.n_embd, self.n_head)
+        else:
+            _check_count("n_embd", self.n_embd)
+            _check_count("n_head", self.n_head)
+            _check_count("head_dim", self.head_dim)
+        if self.n_kv_head is not None:
+            _check_count("n_kv_head", self.n_kv_head)
+            if self.n_head % self.n_kv_head != 0:
+                raise DivisibilityError(
+                    f"{what}, n_kv_head={self.n_kv_head}): n_head must be divisible by "
+                    f"n_kv_head, since each key/value head serves n_head / n_kv_head query "
+                    f"heads, and {self.n_head}/{self.n_kv_head} is not a whole number. "
+                    f"n_kv_head values that divide n_head={self.n_head}: "
+                    f"{', '.join(map(str, divisors(self.n_head)))}.")
+        if self.window is not None:
+            _check_count("window", self.window)
+        if self.scale is not None:
+            _positive("attention spec", "scale", self.scale)
+        if self.softcap is not None:
+            _positive("attention spec", "softcap", self.softcap)
+        if self.positions is not None and not isinstance(self.positions, RoPE | ALiBi):
+            raise ConfigError(f"{what}): positions={self.positions!r}; it must be None, "
+                              "attnspec.RoPE(...) or attnspec.ALiBi().")
+        if isinstance(self.positions, RoPE):
+            D = self.D
+            rotary = self.positions.rotary_dim(D)
+            if rotary < 2 or rotary % 2:
+                even = sorted({f for f in (0.25, 0.5, 1.0) if int(D * f) >= 2
+                               and int(D * f) % 2 == 0})
+                hint = (f"fractions that work for D={D}: {', '.join(map(str, even))}" if even
+                        else f"D={D} has no even number of channels >= 2 to rotate")
+                raise ConfigError(
+                    f"{what}, head_dim={D}, RoPE fraction={self.positions.fraction}): RoPE "
+                    f"rotates channel pairs, so int(head_dim * fraction) = {rotary} must be "
+                    f"even and >= 2; {hint}.")
+        if not isinstance(self.bias, bool):
+            raise ConfigError(f"{what}): bias={self.bias!r}; it must be a bool.")
+
+    @property
+    def G(self) -> int:
+        """The key/value heads."""
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def D(self) -> int:
+        """The channels of one head."""
+        return self.n_embd // self.n_head if self.head_dim is None else self.head_dim
+
+    @property
+    def attn_scale(self) -> float:
+        """The factor applied to q·k."""
+        return 1.0 / math.sqrt(self.D) if self.scale is None else float(self.scale)
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The exported weights' shapes (nn.Linear layout) and the biases'."""
+        C, H, G, D = self.n_embd, self.n_head, self.G, self.D
+        return {"q_weight": (H * D, C), "k_weight": (G * D, C), "v_weight": (G * D, C),
+                "o_weight": (C, H * D), "q_bias": (H * D,), "k_bias": (G * D,),
+                "v_bias": (G * D,), "o_bias": (C,)}
+
+    def describe(self) -> str:
+        """The fields that differ from plain multi-head attention, for messages."""
+        parts = [f"C={self.n_embd}", f"H={self.n_head}"]
+        for f in fields(self)[2:]:
+            value = getattr(self, f.name)
+            if value != f.default:
+                parts.append(f"{f.name}={value!r}")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as JSON (reports and replays), defaults left out."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == f.default and f.name not in ("n_embd", "n_head"):
+                continue
+            out[f.name] = positions_to_json(value) if f.name == "positions" else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> AttentionSpec:
+        """The spec from `to_json`'s form; a malformed one raises ConfigError saying why."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"an attention spec must be a JSON object, not {data!r}.")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown attention spec fields {unknown}; the fields are "
+                              f"{', '.join(sorted(known))}.")
+        values = dict(data)
+        values["positions"] = positions_from_json(values.get("positions"))
+        try:
+            return cls(**values)
+        except TypeError as error:
+            raise ConfigError(f"attention spec {data!r}: {error}") from None
+
+
+def positions_to_json(value: RoPE | ALiBi | None) -> dict[str, Any] | None:
+    if isinstance(value, RoPE):
+        return {"kind": "rope", "theta": value.theta, "fraction": value.fraction,
+                "interleaved": value.interleaved}
+    return {"kind": "alibi"} if isinstance(value, ALiBi) else None
+
+
+def positions_from_json(positions: Any) -> RoPE | ALiBi | None:
+    if positions is None:
+        return None
+    if isinstance(positions, dict):
+        kind = positions.get("kind")
+        rest = {k: v for k, v in positions.items() if k != "kind"}
+        if kind == "rope" and set(rest) <= {"theta", "fraction", "interleaved"}:
+            return RoPE(**rest)
+        if kind == "alibi" and not rest:
+            return ALiBi()
+    raise ConfigError(f"positions={positions!r}: expected null, {{'kind': 'rope', 'theta': ..., "
+                      "'fraction': ..., 'interleaved': ...} or {'kind': 'alibi'}.")
+
+
+# The fields a protocol v2 subject may let vary (VARIANTS); n_embd and n_head always do.
+VARIABLE_FIELDS = ("n_kv_head", "head_dim", "window", "scale", "softcap", "positions", "bias")
+
+
+def parse_variants(declared: Any) -> dict[str, Any]:
+    """A subject's VARIANTS, checked, in JSON form: field -> "any" or a list of its values.
+
+    `{"n_kv_head": "any", "positions": [RoPE()]}`: attnspec draws n_kv_head from its own range
+    and positions from the list; every field not named keeps its default (plain attention).
+    """
+    if not isinstance(declared, dict):
+        raise ConfigError(f"VARIANTS must be a dict of spec field -> 'any' or a list of values, "
+                          f"not {type(declared).__name__}.")
+    out: dict[str, Any] = {}
+    for name, values in declared.items():
+        if name not in VARIABLE_FIELDS:
+            raise ConfigError(f"VARIANTS names {name!r}; the fields that can vary are "
+                              f"{', '.join(VARIABLE_FIELDS)}.")
+        if values == "any":
+            out[name] = "any"
+            continue
+        if isinstance(values, str) or not hasattr(values, "__iter__"):
+            raise ConfigError(f"VARIANTS[{name!r}] = {values!r}: give 'any' or a list of values.")
+        listed = list(values)
+        if not listed:
+            raise ConfigError(f"VARIANTS[{name!r}] is empty: list at least one value.")
+        if name == "positions":
+            bad = [v for v in listed if v is not None and not isinstance(v, RoPE | ALiBi)]
+            if bad:
+                raise ConfigError(f"VARIANTS['positions'] lists {bad!r}; its values are None, "
+                                  "attnspec.RoPE(...) and attnspec.ALiBi().")
+            out[name] = [positions_to_json(v) for v in listed]
+        else:
+            out[name] = listed
+    return out

@@ -1,0 +1,139 @@
+"""The reference for every attention spec: explicit math, shape-annotated, as the oracle uses it.
+
+Queries are `"B H T D"`, keys and values `"B G T D"` (G = n_kv_head); query head h reads
+key/value head h // (H / G). Scores are scaled, soft-capped, biased (ALiBi), then masked
+(causal, and the window), so a masked key gets exactly zero weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float
+from torch import Tensor, nn
+
+from ._reference import attend, merge_heads, softmax_keys
+from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
+from ._typecheck import TYPECHECK, shapechecked
+
+__all__ = ["SpecAttention", "spec_attention", "visible"]
+
+
+def heads_of(
+    x: Float[Tensor, "B T W"], n_heads: int, head_dim: int
+) -> Float[Tensor, "B {n_heads} T {head_dim}"]:
+    B, T, _ = x.shape
+    # Heads split the channels, never the positions: view (B, T, N, D), then put N before T.
+    return x.view(B, T, n_heads, head_dim).transpose(1, 2)
+
+
+def rotate(
+    t: Float[Tensor, "B N T D"], rope: RoPE, offset: int
+) -> Float[Tensor, "B N T D"]:
+    """RoPE on positions offset, offset + 1, ...: each rotated pair turns by position x freq."""
+    T, D = t.size(-2), t.size(-1)
+    rot = rope.rotary_dim(D)
+    exact = torch.float64 if t.dtype == torch.float64 else torch.float32
+    freq = rope.theta ** (-torch.arange(0, rot, 2, dtype=exact, device=t.device) / rot)
+    angle = torch.arange(offset, offset + T, dtype=exact, device=t.device)[:, None] * freq
+    cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)  # (T, rot / 2)
+    moved, kept = t[..., :rot], t[..., rot:]
+    if rope.interleaved:  # pairs (0, 1), (2, 3), ...
+        a, b = moved[..., 0::2], moved[..., 1::2]
+        turned = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
+    else:  # halves (i, i + rot / 2)
+        a, b = moved[..., :rot // 2], moved[..., rot // 2:]
+        turned = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+    return torch.cat((turned, kept), dim=-1)
+
+
+def repeat_kv(t: Float[Tensor, "B G T D"], n_head: int) -> Float[Tensor, "B {n_head} T D"]:
+    # repeat_interleave, not repeat: kv head g serves query heads g*H/G ... (g+1)*H/G - 1.
+    return t.repeat_interleave(n_head // t.size(1), dim=1)
+
+
+def visible(T: int, window: int | None, device: torch.device) -> Bool[Tensor, "T T"]:
+    """True where query i may see key j: j <= i, and i - window < j with a window."""
+    i = torch.arange(T, device=device)[:, None]
+    j = torch.arange(T, device=device)[None, :]
+    seen = j <= i
+    return seen if window is None else seen & (i - window < j)
+
+
+def spec_scores(
+    q: Float[Tensor, "B H T D"], k: Float[Tensor, "B H T D"], spec: AttentionSpec
+) -> Float[Tensor, "B H T T"]:
+    scores = (q @ k.transpose(-2, -1)) * spec.attn_scale
+    if spec.softcap is not None:
+        scores = spec.softcap * torch.tanh(scores / spec.softcap)
+    T = q.size(-2)
+    if isinstance(spec.positions, ALiBi):
+        slopes = torch.tensor(alibi_slopes(q.size(1)), dtype=scores.dtype, device=q.device)
+        i = torch.arange(T, device=q.device)[:, None]
+        j = torch.arange(T, device=q.device)[None, :]
+        scores = scores - slopes[:, None, None] * (i - j).to(scores.dtype)
+    # A masked key gets -inf, so softmax gives it exactly zero weight.
+    return scores.masked_fill(~visible(T, spec.window, q.device), float("-inf"))
+
+
+_STEPS = (heads_of, rotate, repeat_kv, spec_scores, softmax_keys, attend, merge_heads)
+_STEPS_RUN = SimpleNamespace(**{f.__name__: shapechecked(f) if TYPECHECK else f
+                                for f in _STEPS})
+
+
+def spec_attention(
+    x: Float[Tensor, "B T C"], weights: Mapping[str, Tensor], spec: AttentionSpec,
+    offset: int = 0,
+) -> Float[Tensor, "B T C"]:
+    """Attention as `spec` says, from protocol-layout weights: q (H·D, C), k and v (G·D, C),
+    o (C, H·D), optional biases. Positions start at `offset`. Gradients flow to whatever
+    requires them."""
+    steps = _STEPS_RUN
+    H, G, D = spec.n_head, spec.G, spec.D
+    q = steps.heads_of(F.linear(x, weights["q_weight"], weights.get("q_bias")), H, D)
+    k = steps.heads_of(F.linear(x, weights["k_weight"], weights.get("k_bias")), G, D)
+    v = steps.heads_of(F.linear(x, weights["v_weight"], weights.get("v_bias")), G, D)
+    if isinstance(spec.positions, RoPE):
+        q = steps.rotate(q, spec.positions, offset)
+        k = steps.rotate(k, spec.positions, offset)
+    k, v = steps.repeat_kv(k, H), steps.repeat_kv(v, H)
+    y = steps.attend(steps.softmax_keys(steps.spec_scores(q, k, spec)), v)
+    return F.linear(steps.merge_heads(y), weights["o_weight"], weights.get("o_bias"))
+
+
+class SpecAttention(nn.Module):
+    """The reference as a module built from a spec: separate q, k, v, o projections.
+
+    ```python
+    attn = SpecAttention(AttentionSpec(n_embd=64, n_head=8, n_kv_head=2, positions=RoPE()))
+    y = attn(torch.randn(2, 5, 64))          # (2, 5, 64)
+    ```
+    """
+
+    def __init__(self, spec: AttentionSpec) -> None:
+        super().__init__()
+        if not isinstance(spec, AttentionSpec):
+            raise TypeError(f"SpecAttention(spec): expected an attnspec.AttentionSpec, got "
+                            f"{type(spec).__name__}.")
+        self.spec = spec
+        C, H, G, D = spec.n_embd, spec.n_head, spec.G, spec.D
+        self.q = nn.Linear(C, H * D, bias=spec.bias)
+        self.k = nn.Linear(C, G * D, bias=spec.bias)
+        self.v = nn.Linear(C, G * D, bias=spec.bias)
+        self.o = nn.Linear(H * D, C, bias=spec.bias)
+
+    def extra_repr(self) -> str:
+        return self.spec.describe()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return spec_attention(x, self.export_weights(), self.spec)
+
+    def export_weights(self) -> dict[str, Tensor]:
+        """The projections in protocol v2's layout; the parameters themselves."""
+        out = {f"{n}_weight": getattr(self, n).weight for n in "qkvo"}
+        if self.spec.bias:
+            out |= {f"{n}_bias": getattr(self, n).bias for n in "qkvo"}
+        return out

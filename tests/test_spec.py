@@ -1,0 +1,239 @@
+"""The attention spec (protocol v2) and the reference for every variant, each checked against an
+independent formulation (torch SDPA with an explicit mask or bias, complex-number RoPE)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnspec import ALiBi, AttentionSpec, ConfigError, DivisibilityError, RoPE
+from attnspec._reference import CausalSelfAttention, reference_attention
+from attnspec._spec import alibi_slopes
+from attnspec._variants import SpecAttention, spec_attention
+
+
+def _weights(spec: AttentionSpec, seed: int = 0) -> dict[str, Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(shape, generator=gen, dtype=torch.float64) / math.sqrt(shape[-1])
+            for k, shape in spec.weight_shapes().items()}
+
+
+def _x(spec: AttentionSpec, B: int = 2, T: int = 9, seed: int = 1) -> Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(B, T, spec.n_embd, generator=gen, dtype=torch.float64)
+
+
+def _sdpa(x: Tensor, w: dict[str, Tensor], spec: AttentionSpec, q_turn=None,
+          bias: Tensor | None = None) -> Tensor:
+    """The same attention through torch's SDPA: an explicit boolean mask or additive bias."""
+    B, T, _ = x.shape
+    H, G, D = spec.n_head, spec.G, spec.D
+    q = F.linear(x, w["q_weight"], w["q_bias"]).view(B, T, H, D).transpose(1, 2)
+    k = F.linear(x, w["k_weight"], w["k_bias"]).view(B, T, G, D).transpose(1, 2)
+    v = F.linear(x, w["v_weight"], w["v_bias"]).view(B, T, G, D).transpose(1, 2)
+    if q_turn is not None:
+        q, k = q_turn(q), q_turn(k)
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = (j <= i) if spec.window is None else (j <= i) & (j > i - spec.window)
+    mask = torch.zeros(T, T, dtype=x.dtype).masked_fill(~allowed, float("-inf"))
+    if bias is not None:
+        mask = mask + bias
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=spec.attn_scale,
+                                       enable_gqa=G != H)
+    return F.linear(y.transpose(1, 2).reshape(B, T, H * D), w["o_weight"], w["o_bias"])
+
+
+def test_plain_spec_is_the_v1_reference_bit_for_bit() -> None:
+    module = CausalSelfAttention(12, 3).double()
+    x = _x(AttentionSpec(12, 3))
+    assert torch.equal(reference_attention(x, module.export_weights(), 3),
+                       spec_attention(x, module.export_weights(), AttentionSpec(12, 3)))
+
+
+@pytest.mark.parametrize(("H", "G", "D", "window", "scale"), [
+    (4, 4, 4, None, None), (4, 2, 4, None, None), (4, 1, 8, 3, None), (6, 3, 5, 1, 0.3),
+    (8, 2, 4, 4, None)])
+def test_gqa_window_and_head_dim_match_sdpa_with_an_explicit_mask(
+        H: int, G: int, D: int, window: int | None, scale: float | None) -> None:
+    spec = AttentionSpec(16, H, n_kv_head=G, head_dim=D, window=window, scale=scale)
+    w, x = _weights(spec), _x(spec)
+    torch.testing.assert_close(spec_attention(x, w, spec), _sdpa(x, w, spec),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_a_window_as_long_as_the_sequence_is_no_window() -> None:
+    spec = AttentionSpec(16, 4, n_kv_head=2)
+    w, x = _weights(spec), _x(spec, T=9)
+    assert torch.equal(spec_attention(x, w, spec),
+                       spec_attention(x, w, AttentionSpec(16, 4, n_kv_head=2, window=9)))
+
+
+def _complex_rope(rope: RoPE, T: int, offset: int = 0):
+    """RoPE as complex multiplication (the GPT-J / Meta Llama formulation), for either pairing."""
+    def turn(t: Tensor) -> Tensor:
+        D = t.size(-1)
+        rot = rope.rotary_dim(D)
+        freq = rope.theta ** (-torch.arange(0, rot, 2, dtype=torch.float64) / rot)
+        phase = torch.polar(torch.ones(T, rot // 2, dtype=torch.float64),
+                            torch.arange(offset, offset + T, dtype=torch.float64)[:, None] * freq)
+        moved = t[..., :rot]
+        if rope.interleaved:
+            pairs = torch.view_as_complex(moved.reshape(*moved.shape[:-1], rot // 2, 2)
+                                          .contiguous())
+            turned = torch.view_as_real(pairs * phase).flatten(-2)
+        else:
+            pairs = torch.complex(moved[..., :rot // 2], moved[..., rot // 2:]) * phase
+            turned = torch.cat((pairs.real, pairs.imag), dim=-1)
+        return torch.cat((turned, t[..., rot:]), dim=-1)
+    return turn
+
+
+@pytest.mark.parametrize("rope", [RoPE(), RoPE(interleaved=True), RoPE(fraction=0.5),
+                                  RoPE(theta=500000.0, fraction=0.25, interleaved=True)])
+def test_rope_matches_complex_rotation(rope: RoPE) -> None:
+    spec = AttentionSpec(32, 4, n_kv_head=2, positions=rope)
+    w, x = _weights(spec), _x(spec)
+    torch.testing.assert_close(spec_attention(x, w, spec),
+                               _sdpa(x, w, spec, q_turn=_complex_rope(rope, x.size(1))),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_rope_pairings_differ_and_an_offset_shifts_positions() -> None:
+    spec = AttentionSpec(32, 4, positions=RoPE())
+    other = AttentionSpec(32, 4, positions=RoPE(interleaved=True))
+    w, x = _weights(spec), _x(spec)
+    assert not torch.allclose(spec_attention(x, w, spec), spec_attention(x, w, other))
+    # Relative positions only: the same tokens at positions 5.. attend as at 0..
+    torch.testing.assert_close(spec_attention(x, w, spec, offset=5), spec_attention(x, w, spec),
+                               rtol=1e-10, atol=1e-10)
+
+
+def test_alibi_matches_sdpa_with_blooms_bias() -> None:
+    spec = AttentionSpec(24, 6, positions=ALiBi(), window=5)
+    w, x = _weights(spec), _x(spec)
+    T = x.size(1)
+    # BLOOM adds slope * j; it differs from -slope * (i - j) by a constant per row.
+    bias = torch.tensor(alibi_slopes(6), dtype=torch.float64)[:, None, None] * torch.arange(T)
+    torch.testing.assert_close(spec_attention(x, w, spec), _sdpa(x, w, spec, bias=bias),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_alibi_slopes_are_the_papers() -> None:
+    assert alibi_slopes(8) == [2.0 ** -(i + 1) for i in range(8)]
+    assert alibi_slopes(4) == [2.0 ** -(2 * (i + 1)) for i in range(4)]
+    # Not a power of two: the 4 slopes of H=4, then every other one of H=8.
+    assert alibi_slopes(6) == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3]
+
+
+def test_softcap_bounds_the_scores() -> None:
+    spec = AttentionSpec(16, 4, softcap=2.0, scale=10.0)
+    w, x = _weights(spec), _x(spec)
+    capped = spec_attention(x, w, spec)
+    # Large scale without the cap: different; with it: the same as capping by hand.
+    assert not torch.allclose(capped, spec_attention(x, w, AttentionSpec(16, 4, scale=10.0)))
+    B, T, _ = x.shape
+    q = F.linear(x, w["q_weight"], w["q_bias"]).view(B, T, 4, 4).transpose(1, 2)
+    k = F.linear(x, w["k_weight"], w["k_bias"]).view(B, T, 4, 4).transpose(1, 2)
+    v = F.linear(x, w["v_weight"], w["v_bias"]).view(B, T, 4, 4).transpose(1, 2)
+    s = 2.0 * torch.tanh(q @ k.transpose(-1, -2) * 10.0 / 2.0)
+    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    y = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, 16)
+    torch.testing.assert_close(capped, F.linear(y, w["o_weight"], w["o_bias"]))
+
+
+def test_spec_attention_module_builds_from_a_spec_and_exports_v2_shapes() -> None:
+    spec = AttentionSpec(16, 4, n_kv_head=2, head_dim=6, bias=False)
+    module = SpecAttention(spec)
+    assert module(torch.randn(2, 3, 16)).shape == (2, 3, 16)
+    shapes = {k: tuple(v.shape) for k, v in module.export_weights().items()}
+    assert shapes == {"q_weight": (24, 16), "k_weight": (12, 16), "v_weight": (12, 16),
+                      "o_weight": (16, 24)}
+
+
+@pytest.mark.parametrize(("kwargs", "error", "says"), [
+    ({"n_embd": 16, "n_head": 4, "n_kv_head": 3}, DivisibilityError,
+     "n_kv_head values that divide n_head=4: 1, 2, 4."),
+    ({"n_embd": 10, "n_head": 3}, DivisibilityError, "Head counts that divide n_embd=10"),
+    ({"n_embd": 12, "n_head": 4, "positions": RoPE(fraction=0.5)}, ConfigError,
+     "int(head_dim * fraction) = 1 must be even"),
+    ({"n_embd": 16, "n_head": 4, "window": 0}, ConfigError, "window=0; window must be >= 1"),
+    ({"n_embd": 16, "n_head": 4, "softcap": -1.0}, ConfigError, "softcap=-1.0"),
+    ({"n_embd": 16, "n_head": 4, "positions": "rope"}, ConfigError, "attnspec.RoPE(...)"),
+])
+def test_an_impossible_spec_fails_at_construction_saying_why(
+        kwargs: dict[str, object], error: type[Exception], says: str) -> None:
+    with pytest.raises(error) as raised:
+        AttentionSpec(**kwargs)  # type: ignore[arg-type]
+    assert says in str(raised.value)
+
+
+def test_head_dim_lifts_the_divisibility_rule() -> None:
+    spec = AttentionSpec(10, 3, head_dim=4)
+    assert (spec.D, spec.G, spec.weight_shapes()["o_weight"]) == (4, 3, (10, 12))
+
+
+@pytest.mark.parametrize("spec", [
+    AttentionSpec(16, 4), AttentionSpec(16, 4, n_kv_head=1, window=3, softcap=30.0),
+    AttentionSpec(10, 3, head_dim=4, scale=0.5, bias=False, positions=ALiBi()),
+    AttentionSpec(32, 4, positions=RoPE(theta=1e6, fraction=0.5, interleaved=True))])
+def test_spec_round_trips_through_json(spec: AttentionSpec) -> None:
+    assert AttentionSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_malformed_spec_json_says_what_is_wrong() -> None:
+    with pytest.raises(ConfigError, match="unknown attention spec fields"):
+        AttentionSpec.from_json({"n_embd": 4, "n_head": 2, "windw": 3})
+    with pytest.raises(ConfigError, match="positions="):
+        AttentionSpec.from_json({"n_embd": 4, "n_head": 2, "positions": {"kind": "xpos"}})
+
+
+def _v2(**attrs: object) -> object:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(__name__="v2", PROTOCOL=2, build=SpecAttention,
+                           export_weights=lambda m: m.export_weights(), **attrs)
+
+
+def test_a_v2_subject_is_checked_on_the_variants_it_declares() -> None:
+    import attnspec
+
+    subject = _v2(VARIANTS={"n_kv_head": "any", "window": [2, 3]})
+    report = attnspec.verify(subject, only="oracle,window", max_examples=15, seed=0,
+                             database=False)
+    assert report.ok, report.summary()
+    assert report.result("window").examples == 15
+
+
+def test_variants_that_name_no_spec_field_are_a_target_error() -> None:
+    import attnspec
+    from attnspec import TargetError
+
+    with pytest.raises(TargetError, match="the fields that can vary are n_kv_head"):
+        attnspec.verify(_v2(VARIANTS={"kv_heads": "any"}), only="width", max_examples=2)
+
+
+def test_specs_that_supports_declines_are_not_examples() -> None:
+    import attnspec
+
+    never = attnspec.verify(_v2(VARIANTS={"window": "any"}, supports=lambda spec: False),
+                            only="width", max_examples=5, seed=0, database=False)
+    assert never.result("width").verdict == "skip"
+    assert "declined all" in never.result("width").message
+    # Declining the windowed specs leaves the rest: width runs, window has nothing to check.
+    some = attnspec.verify(_v2(VARIANTS={"window": "any"},
+                               supports=lambda spec: spec.window is None),
+                           only="width,window", max_examples=5, seed=0, database=False)
+    assert some.result("width").verdict == "pass" and some.result("width").examples == 5
+    assert some.result("window").verdict == "skip"
+
+
+def test_a_v1_subject_has_no_window_to_check() -> None:
+    import attnspec
+
+    report = attnspec.verify("attnspec.subjects.reference", only="window", max_examples=2)
+    assert report.result("window").verdict == "skip"
+    assert "protocol 1" in report.result("window").message
