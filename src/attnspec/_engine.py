@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ._errors import TargetError, UsageError
+from ._errors import ConfigError, TargetError, UsageError
 from ._options import MAX_SEQ_LIMIT, PROFILES, RunOptions
 from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
@@ -136,8 +136,21 @@ class _State:
     first_failure_at: float | None = None  # when shrinking began (its time budget)
     failed_after: int = 0  # examples run when it began (its example budget)
     skip: str | None = None  # why the subject skipped the property, if it did
+    declined: int = 0  # drawn specs the subject's supports(spec) declined
     notes: set[str] = field(default_factory=set)
     drawn: _Coverage = field(default_factory=_Coverage)
+
+
+def _listed(variants: Mapping[str, Any], name: str) -> list[Any]:
+    """The values a v2 subject lets `name` take ("any": a stand-in that is not None)."""
+    values = variants.get(name)
+    if values is None:
+        return [None]
+    return [1] if values == "any" else list(values)
+
+
+class _Declined(Exception):
+    """supports(spec) declined the example drawn: Hypothesis draws another."""
 
 
 class Session:
@@ -241,13 +254,23 @@ class Session:
 
             strategy = self._strategies[prop] = examples(
                 BY_ID[prop], dtypes=self.dtypes, supported=self.info.supported,
-                max_seq=self.max_seq)
+                max_seq=self.max_seq,
+                variants=self.info.variants if self.info.protocol == 2 else None)
         return data.draw(strategy, label="example")  # type: ignore[no-any-return]
 
     # ---- running -----------------------------------------------------------------------
 
     def _skip_reason(self, prop: str) -> str | None:
         spec = BY_ID[prop]
+        v2 = self.info.protocol == 2
+        if spec.needs_window and not v2:
+            return "the subject speaks protocol 1 (plain attention): it has no window"
+        if spec.needs_window and not any(
+                w is not None for w in _listed(self.info.variants or {}, "window")):
+            return "the subject's VARIANTS allow no window"
+        if spec.invalid_configs and v2:
+            return ("protocol v2 subjects are built only from valid AttentionSpecs, which "
+                    "refuse C % H, H % n_kv_head and sizes below 1 themselves")
         if spec.needs_export and not self.info.has_export:
             return "the subject has no export_weights"
         if spec.needs_cuda and not (self.info.cuda and "cuda" in self.devices):
@@ -323,7 +346,16 @@ class Session:
         for key in ("dtype", "device"):
             if not isinstance(data.get(key, ""), str):
                 raise bad(f"{key} must be a string, got {data[key]!r}")
-        ex = Example.from_json(data)
+        try:
+            ex = Example.from_json(data)
+        except ConfigError as error:
+            raise bad(f"its spec is not a valid attention spec: {error}") from None
+        if ex.spec is not None and (ex.spec.n_embd, ex.spec.n_head) != (ex.C, ex.H):
+            raise bad(f"spec says n_embd={ex.spec.n_embd}, n_head={ex.spec.n_head}, but C={ex.C}"
+                      f", H={ex.H}")
+        if ex.spec is not None and self.info.protocol != 2:
+            raise bad("it has a spec, and this subject speaks protocol 1 (build(n_embd, "
+                      "n_head)): drop the spec")
         if prop == "divisibility":  # only build(C, H) runs, on a configuration it must refuse
             return ex
         if min(ex.B, ex.T, ex.C, ex.H) < 1:
@@ -335,14 +367,17 @@ class Session:
                 raise bad(f"{axis} must be at most {most}, got {getattr(ex, axis)}")
         # The largest call: every cut's copy of (B, T, C) and its (B, H, T, T) scores.
         copies = max(1, len(set(ex.cuts)))
-        gib = copies * ex.B * (ex.H * ex.T * ex.T + 4 * ex.T * ex.C) * 8 / 2**30
+        width = max(ex.C, ex.H * ex.D)  # head_dim may make the q and o widths H·D exceed C
+        if width > _REPLAY_LIMITS["C"]:
+            raise bad(f"H·D = {ex.H * ex.D} must be at most {_REPLAY_LIMITS['C']}")
+        gib = copies * ex.B * (ex.H * ex.T * ex.T + 4 * ex.T * width) * 8 / 2**30
         if gib > _REPLAY_GIB:
             raise bad(f"this example needs about {gib:,.0f} GiB for one call ({copies} cut "
                       f"copies of B={ex.B}, H={ex.H}, T={ex.T}, C={ex.C}); at most "
                       f"{_REPLAY_GIB} GiB is replayed")
         if not all(0 <= t < ex.T for t in ex.cuts):
             raise bad(f"cuts must lie in 0..T-1 = 0..{ex.T - 1}, got {list(ex.cuts)}")
-        if ex.C % ex.H:
+        if ex.C % ex.H and (ex.spec is None or ex.spec.head_dim is None):
             raise bad(f"C={ex.C} is not divisible by H={ex.H}; only divisibility draws such "
                       "configurations")
         device = "cuda" if prop == "device_agreement" else ex.device
@@ -359,7 +394,10 @@ class Session:
         ex = example if isinstance(example, Example) else self.replay_example(prop, example)
         state = _State()
         start = time.perf_counter()
-        self._one(prop, ex, state)
+        try:
+            self._one(prop, ex, state)
+        except _Declined as declined:
+            return PropertyResult(id=prop, verdict="skip", message=str(declined))
         if state.failures:
             state.last = state.failures[-1]
         return self._result(prop, state, time.perf_counter() - start)
@@ -380,6 +418,10 @@ class Session:
             return None
         state.forwards += outcome.forwards
         state.notes.update(outcome.notes)
+        if outcome.kind == "unsupported":  # the subject's supports(spec) said no: not an example
+            state.examples -= 1
+            state.declined += 1
+            raise _Declined(outcome.message)
         if outcome.kind == "skip":
             state.skip = outcome.message or "skipped"
             state.examples -= 1
@@ -401,11 +443,11 @@ class Session:
         seeded run draws its own examples. A full pass after a quick pass that passed continues
         it: the examples it ran count towards the property's total, and are not run again.
         """
-        from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+        from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
         from hypothesis import seed as hypothesis_seed
         from hypothesis import strategies as st
         from hypothesis.database import DirectoryBasedExampleDatabase
-        from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
+        from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, Unsatisfiable
 
         if prop not in PROPERTIES:
             raise UsageError(option="only", value=prop,
@@ -433,7 +475,10 @@ class Session:
                         or time.perf_counter() - state.first_failure_at > seconds):
                     raise _Abort  # shrinking budget spent: report the smallest failure seen
             crashes = state.crashes
-            outcome = self._one(prop, ex, state)
+            try:
+                outcome = self._one(prop, ex, state)
+            except _Declined:
+                reject()
             if progress is not None and state.first_failure_at is None:
                 progress(prop, min(state.examples, total), total, None)
             crashed = state.crashes > crashes
@@ -476,6 +521,9 @@ class Session:
             pass
         except (FlakyFailure, FlakyStrategyDefinition) as error:
             state.notes.add(f"flaky: {type(error).__name__}")
+        except Unsatisfiable:
+            state.skip = (f"the subject's supports(spec) declined all {state.declined} specs "
+                          "drawn for this property")
         except KeyboardInterrupt as interrupt:  # keep what this property found so far
             partial = self._result(prop, state, time.perf_counter() - start)
             if partial.verdict == "pass":

@@ -27,6 +27,10 @@ class _Fault(Exception):
     """The subject raised or returned something unusable; the answer is an `error`."""
 
 
+class _Unsupported(Exception):
+    """A protocol v2 subject's supports(spec) declined the drawn spec: not an example."""
+
+
 def _subject_error(error: BaseException) -> bool:
     """Whether the subject may be blamed for `error`: anything its code raised, except Ctrl-C
     where Ctrl-C belongs to this process (in the worker SIGINT is ignored, so it is its own)."""
@@ -68,20 +72,29 @@ def _build(state: Executed, spec: Mapping[str, Any]) -> None:
     dtype, device = dtype_from_name(spec["dtype"]), str(spec["device"])
     state.module, state.device = None, device
     reset_torch_state()
+    args: tuple[Any, ...] = (C, H)
+    call = f"build({C}, {H})"
+    if state.subject.protocol == 2:
+        from ._spec import AttentionSpec
+
+        attention = AttentionSpec.from_json(spec.get("spec") or {"n_embd": C, "n_head": H})
+        args, call = (attention,), f"build(AttentionSpec({attention.describe()}))"
+        supports = state.subject.supports
+        if supports is not None and not _call("supports(spec) raised", supports, attention):
+            raise _Unsupported(call)
     with torch.random.fork_rng(devices=[]):
         # The same example builds the same weights on replay. The CPU generator alone: seeding
         # CUDA's too costs a queued call with a formatted stack each time CUDA is not yet up.
         torch.default_generator.manual_seed(int(spec["seed"]))
         try:
-            module = state.subject.build(C, H)
+            module = state.subject.build(*args)
         except BaseException as error:
             if not _subject_error(error):
                 raise
-            raise _Fault(f"build({C}, {H}) raised for a valid configuration: "
+            raise _Fault(f"{call} raised for a valid configuration: "
                          f"{fault_text(error)}") from None
     if not isinstance(module, torch.nn.Module):
-        raise _Fault(f"build({C}, {H}) returned {type(module).__name__}, not a "
-                     "torch.nn.Module.")
+        raise _Fault(f"{call} returned {type(module).__name__}, not a torch.nn.Module.")
     _call(f".eval().to({device}, {spec['dtype']}) raised",
           lambda: module.eval().to(device=device, dtype=dtype))
     state.module = module
@@ -219,3 +232,5 @@ def execute(state: Executed, request: Mapping[str, Any]) -> dict[str, Any]:
         return {"kind": "ok", "results": results}
     except _Fault as fault:
         return {"kind": "error", "message": str(fault)}
+    except _Unsupported as unsupported:
+        return {"kind": "unsupported", "message": f"supports(spec) is False for {unsupported}"}

@@ -22,7 +22,9 @@ from torch import Tensor
 
 from . import _tolerance as tol
 from ._reference import WEIGHT_KEYS, reference_attention
+from ._spec import AttentionSpec
 from ._subject import dtype_from_name
+from ._variants import spec_attention
 from ._worker import Executor
 
 __all__ = ["Context", "Example", "Outcome", "PROPERTIES", "PROPERTY_IDS", "Property",
@@ -42,31 +44,48 @@ class Example:
     seed: int = 0
     cuts: tuple[int, ...] = ()
     scale: float = 1.0
+    spec: AttentionSpec | None = None  # protocol v2: the attention drawn (C and H are its own)
 
     @property
     def D(self) -> int:
+        if self.spec is not None:
+            return self.spec.D
         return self.C // self.H if self.H > 0 else 0
 
+    @property
+    def attention(self) -> AttentionSpec:
+        """The spec this example checks: its own, or plain attention of (C, H)."""
+        return self.spec if self.spec is not None else AttentionSpec(self.C, self.H)
+
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {k: v for k, v in asdict(self).items() if k != "spec"}
         data["cuts"] = list(self.cuts)
+        if self.spec is not None:
+            data["spec"] = self.spec.to_json()
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Example:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known["cuts"] = tuple(known.get("cuts", ()))
+        if known.get("spec") is not None:
+            known["spec"] = AttentionSpec.from_json(known["spec"])
         return cls(**known)
 
     def describe(self) -> str:
         cuts = f", cuts={list(self.cuts)}" if self.cuts else ""
-        return (f"B={self.B}, T={self.T}, C={self.C}, H={self.H}, D={self.D}, "
+        shape = (self.spec.describe() + f", D={self.D}" if self.spec is not None
+                 else f"C={self.C}, H={self.H}, D={self.D}")
+        return (f"B={self.B}, T={self.T}, {shape}, "
                 f"dtype={self.dtype}, device={self.device}, seed={self.seed}{cuts}")
 
     def build(self) -> dict[str, Any]:
         """The worker's build request for this example."""
-        return {"n_embd": self.C, "n_head": self.H, "seed": self.seed, "dtype": self.dtype,
-                "device": self.device}
+        request = {"n_embd": self.C, "n_head": self.H, "seed": self.seed, "dtype": self.dtype,
+                   "device": self.device}
+        if self.spec is not None:
+            request["spec"] = self.spec.to_json()
+        return request
 
 
 @dataclass
@@ -94,6 +113,10 @@ class SubjectFault(Exception):
     """The subject raised or returned something unusable; becomes an `error` outcome."""
 
 
+class Unsupported(Exception):
+    """A protocol v2 subject's supports(spec) declined the example's spec: no example at all."""
+
+
 class Context:
     """What a check uses to run the subject: one executor, with the forward calls counted."""
 
@@ -117,6 +140,8 @@ class Context:
     def collect(self) -> list[Any]:
         """The results of the steps last submitted."""
         answer = self.executor.collect()
+        if answer.get("kind") == "unsupported":
+            raise Unsupported(str(answer.get("message")))
         if answer.get("kind") != "ok":
             raise SubjectFault(str(answer.get("message", "the worker gave no answer")))
         results = answer.get("results")
@@ -166,9 +191,9 @@ def _inputs(ex: Example, salt: int = 0, shape: tuple[int, ...] | None = None) ->
 def _reference_weights(ex: Example) -> dict[str, Tensor]:
     """Weights for the reference where the subject exports none (prefix's yardstick)."""
     gen = torch.Generator().manual_seed(ex.seed + 17)
-    bound = 1.0 / math.sqrt(ex.C)
-    return {key: (torch.rand(ex.C, ex.C, generator=gen, dtype=torch.float64) * 2 - 1) * bound
-            for key in WEIGHT_KEYS}
+    shapes = ex.attention.weight_shapes()
+    return {key: (torch.rand(shapes[key], generator=gen, dtype=torch.float64) * 2 - 1)
+            / math.sqrt(shapes[key][1]) for key in WEIGHT_KEYS}
 
 
 def _reference(x: Tensor, weights: Mapping[str, Tensor], ex: Example,
@@ -177,9 +202,15 @@ def _reference(x: Tensor, weights: Mapping[str, Tensor], ex: Example,
     dtype = dtype or x.dtype
     device = device or ex.device
     with torch.no_grad():
-        out = reference_attention(x.to(device=device, dtype=dtype),
-                                  _cast(weights, dtype, device), ex.H)
+        out = _oracle(x.to(device=device, dtype=dtype), _cast(weights, dtype, device), ex)
     return out.cpu()
+
+
+def _oracle(x: Tensor, weights: Mapping[str, Tensor], ex: Example) -> Tensor:
+    """The reference's math for the example's attention (v1: plain MHA of (C, H))."""
+    if ex.spec is None:
+        return reference_attention(x, weights, ex.H)
+    return spec_attention(x, weights, ex.spec)
 
 
 def _cast(weights: Mapping[str, Tensor], dtype: torch.dtype, device: str) -> dict[str, Tensor]:
@@ -392,11 +423,16 @@ def check_finite(ctx: Context, ex: Example) -> Outcome:
 
 def _checked_weights(result: Mapping[str, Any], ex: Example) -> dict[str, Tensor]:
     weights: dict[str, Tensor] = result["weights"]
+    spec = ex.attention
+    shapes = spec.weight_shapes()
     for key, value in weights.items():
-        want = (ex.C, ex.C) if key.endswith("weight") else (ex.C,)
+        want = shapes.get(key)
         if tuple(value.shape) != want:
+            what = (f"C = n_embd = {ex.C}" if ex.spec is None else
+                    f"C={spec.n_embd}, H={spec.n_head}, G={spec.G}, D={spec.D}: q (H·D, C), "
+                    "k and v (G·D, C), o (C, H·D)")
             raise SubjectFault(f"export_weights: {key} is {tuple(value.shape)}, but must be "
-                               f"{want} (C = n_embd = {ex.C}, nn.Linear layout).")
+                               f"{want} ({what}, nn.Linear layout).")
     return weights
 
 
@@ -427,7 +463,7 @@ def _reference_grads(x: Tensor, weights: Mapping[str, Tensor], cotangent: Tensor
     with torch.enable_grad():
         xs = x.to(device=ex.device, dtype=dtype).requires_grad_(True)
         leaves = {k: v.requires_grad_(True) for k, v in _cast(weights, dtype, ex.device).items()}
-        out = reference_attention(xs, leaves, ex.H)
+        out = _oracle(xs, leaves, ex)
         grads = torch.autograd.grad(out, [xs, *leaves.values()],
                                     cotangent.to(device=ex.device, dtype=dtype))
     return grads[0].cpu(), {k: g.cpu() for k, g in zip(leaves, grads[1:], strict=True)}
@@ -523,6 +559,45 @@ def check_device_agreement(ctx: Context, ex: Example) -> Outcome:
 # ---- the table -------------------------------------------------------------------------------
 
 
+def check_window(ctx: Context, ex: Example) -> Outcome:
+    """Key j reaches query i iff i - window < j <= i: a change at position p must reach the
+    output at p + W - 1 (just inside) and must not reach p + W or later (just outside)."""
+    assert ex.spec is not None and ex.spec.window is not None
+    W = ex.spec.window
+    spots = sorted({p for p in ex.cuts if p + W - 1 <= ex.T - 1})
+    if not spots:
+        return Outcome(PASS, notes=["T <= window: no position has a key just inside it"])
+    x = _inputs(ex)
+    changed = []
+    for i, p in enumerate(spots):  # one position changed per block, at the same batch offset
+        xt = x.clone()
+        xt[:, p] = _inputs(ex, salt=5000 + i)[:, p]
+        changed.append(xt)
+    same, moved = torch.cat([x] * len(spots)), torch.cat(changed)
+    same1, moved1, same2, moved2 = ctx.forwards_of(ex, [same, moved, same, moved])
+    allowed = tol.K * _jitter((same1, same2), (moved1, moved2))
+    for i, p in enumerate(spots):
+        rows = slice(i * ex.B, (i + 1) * ex.B)
+        inside, _ = tol.max_abs_diff(moved1[rows, p + W - 1], same1[rows, p + W - 1])
+        if not inside > allowed:
+            return _fail(f"changing the input at position {p} moved the output at {p + W - 1} "
+                         f"by only {inside:.3g} (it must move by more than the subject's own "
+                         f"jitter x{tol.K:g}, {allowed:.3g}), yet a window of {W} "
+                         f"key{'s' * (W != 1)} (i - {W} < j <= i) includes position {p} there: "
+                         f"the subject's window is shorter than {W}.", cut=p)
+        if p + W <= ex.T - 1:
+            err, index = tol.max_abs_diff(moved1[rows, p + W:], same1[rows, p + W:])
+            if err > allowed:
+                if index is not None:
+                    index = (index[0], index[1] + p + W, *index[2:])
+                return _fail(f"changing the input at position {p} changed the output at or "
+                             f"after {p + W} by {err:.3g} (allowed {allowed:.3g}){_at(index)}, "
+                             f"which a window of {W} key{'s' * (W != 1)} (i - {W} < j <= i) "
+                             "excludes: the "
+                             f"subject's window is longer than {W}.", err, allowed, index, p)
+    return Outcome(PASS)
+
+
 @dataclass(frozen=True)
 class Property:
     """One property: its stable id, what it needs from the subject and the draw, its check."""
@@ -535,6 +610,7 @@ class Property:
     needs_cuda: bool = False
     invalid_configs: bool = False  # draws configurations that build must refuse
     scaled_inputs: bool = False  # draws input scales beyond 1
+    needs_window: bool = False  # draws only specs with a window (protocol v2 subjects)
 
 
 PROPERTIES: tuple[Property, ...] = (
@@ -551,6 +627,7 @@ PROPERTIES: tuple[Property, ...] = (
     Property("oracle_grad", check_oracle_grad, needs_export=True),
     Property("grad_causality", check_grad_causality, uses_cuts=True),
     Property("device_agreement", check_device_agreement, needs_cuda=True),
+    Property("window", check_window, uses_cuts=True, needs_window=True),
 )
 PROPERTY_IDS: tuple[str, ...] = tuple(p.id for p in PROPERTIES)
 BY_ID: dict[str, Property] = {p.id: p for p in PROPERTIES}
@@ -563,5 +640,7 @@ def run_check(executor: Executor, prop: str, ex: Example) -> Outcome:
         outcome = BY_ID[prop].check(ctx, ex)
     except SubjectFault as fault:
         outcome = Outcome("error", str(fault))
+    except Unsupported as declined:
+        outcome = Outcome("unsupported", str(declined))
     outcome.forwards = ctx.forwards
     return outcome

@@ -317,9 +317,16 @@ def _finite(value: Any) -> Any:
 
 
 def _short(ce: dict[str, Any], where: dict[str, Any] | None) -> str:
-    d = ce["C"] // ce["H"] if ce.get("H") else 0
-    text = (f"B={ce['B']} T={ce['T']} C={ce['C']} H={ce['H']} D={d} {ce['dtype']} "
-            f"{ce['device']}")
+    spec = ce.get("spec") or {}
+    d = spec.get("head_dim") or (ce["C"] // ce["H"] if ce.get("H") else 0)
+    text = f"B={ce['B']} T={ce['T']} C={ce['C']} H={ce['H']} D={d}"
+    for key, value in spec.items():  # a v2 spec's other fields: window=4, n_kv_head=2, ...
+        if key in ("n_embd", "n_head", "head_dim"):
+            continue
+        if isinstance(value, dict):
+            value = value.get("kind", "?") + ("-interleaved" if value.get("interleaved") else "")
+        text += f" {key}={value}"
+    text += f" {ce['dtype']} {ce['device']}"
     if where and "cut" in where:
         text += f" cut t={where['cut']}"
     return text

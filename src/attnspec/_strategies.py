@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
+from ._config import divisors
+from ._errors import ConfigError
 from ._options import MAX_HEAD_DIM, MAX_HEADS
 from ._properties import Example, Property
+from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
 
 __all__ = ["batch_sizes", "configs", "cut_points", "examples", "invalid_configs", "seq_lengths"]
 
@@ -83,19 +88,81 @@ def cut_points(T: int) -> st.SearchStrategy[tuple[int, ...]]:
     return extra.map(lambda more: tuple(sorted(set(fixed) | set(more))))
 
 
+# The positions drawn where a subject lets them vary: none, ALiBi, and RoPE's conventions.
+POSITIONS: tuple[RoPE | ALiBi | None, ...] = (
+    None, ALiBi(), RoPE(), RoPE(interleaved=True), RoPE(fraction=0.5),
+    RoPE(theta=500000.0, fraction=0.25, interleaved=True))
+
+
+def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = False,
+          max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM,
+          ) -> st.SearchStrategy[AttentionSpec]:
+    """Attention specs a protocol v2 subject declares (its VARIANTS, in JSON form): fields it
+    names vary ("any": over attnspec's range; a list: over it), the others keep defaults."""
+    def field(name: str, anything: st.SearchStrategy[Any], default: Any = None,
+              ) -> st.SearchStrategy[Any]:
+        values = variants.get(name)
+        if values is None:
+            return st.just(default)
+        if values == "any":
+            return anything
+        listed = [positions_from_json(v) for v in values] if name == "positions" else values
+        return st.sampled_from(listed)
+
+    # Mostly short windows; for the window property W < max_seq, so that T > W can be drawn.
+    longest = max(1, max_seq - 1) if need_window else max(1, max_seq)
+    windows = st.one_of(st.integers(1, min(8, longest)), st.integers(1, longest))
+    window_st = field("window", st.one_of(st.none(), windows))
+    if need_window:
+        window_st = window_st.filter(lambda w: w is not None)
+    positions_st = field("positions", st.sampled_from(POSITIONS))
+    scale_st = field("scale", st.one_of(st.none(), st.sampled_from((0.05, 0.25, 1.0))))
+    softcap_st = field("softcap", st.one_of(st.none(), st.sampled_from((1.0, 5.0, 30.0))))
+    bias_st = field("bias", st.booleans(), default=True)
+    own_width = variants.get("head_dim") is not None
+
+    @st.composite
+    def draw(draw: st.DrawFn) -> AttentionSpec:
+        H = draw(st.integers(1, max_heads))
+        positions = draw(positions_st)
+        # RoPE turns channel pairs: draw D among the head sizes it can rotate.
+        sizes = [d for d in range(1, max_head_dim + 1) if not isinstance(positions, RoPE)
+                 or (positions.rotary_dim(d) >= 2 and positions.rotary_dim(d) % 2 == 0)]
+        assume(bool(sizes))
+        D = draw(st.sampled_from(sizes))
+        G = draw(field("n_kv_head", st.sampled_from(divisors(H)), default=H))
+        head_dim = None
+        C = H * D
+        if own_width and draw(st.booleans()):  # q and o widths H·D, unrelated to C
+            head_dim, C = D, draw(st.integers(1, max_heads * max_head_dim))
+        try:
+            return AttentionSpec(C, H, n_kv_head=None if G == H else G, head_dim=head_dim,
+                                 window=draw(window_st), scale=draw(scale_st),
+                                 softcap=draw(softcap_st), positions=positions,
+                                 bias=draw(bias_st))
+        except ConfigError:  # a listed value that does not fit (n_kv_head not dividing H)
+            assume(False)
+            raise
+
+    return draw()
+
+
 def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
              supported: Sequence[tuple[int, int]] | None, max_seq: int,
-             ) -> st.SearchStrategy[Example]:
+             variants: Mapping[str, Any] | None = None) -> st.SearchStrategy[Example]:
     """Every example `prop` is checked on, as one strategy (built once per run and property).
 
-    `dtypes` maps each device to check to its dtypes; `supported` is the subject's (C, H) list.
+    `dtypes` maps each device to check to its dtypes; `supported` is the subject's (C, H) list;
+    `variants`, for a protocol v2 subject, what it lets vary (examples then carry a spec).
     """
     if prop.invalid_configs:
         return invalid_configs().map(lambda ch: Example(B=1, T=1, C=ch[0], H=ch[1]))
     devices = ["cuda"] if prop.needs_cuda else [d for d in dtypes if dtypes[d]]
     by_device = {d: st.sampled_from(list(dtypes[d])) for d in devices}
     device_st = st.sampled_from(devices)
-    config_st = configs(supported=supported)
+    config_st = configs(supported=supported) if variants is None else None
+    spec_st = None if variants is None else specs(variants, max_seq=max_seq,
+                                                   need_window=prop.needs_window)
     batch_st = batch_sizes(min_value=prop.min_batch)
     seq_st = seq_lengths(max_value=max_seq)
     scale_st = st.sampled_from((1.0, 4.0))
@@ -105,12 +172,20 @@ def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
     def draw(draw: st.DrawFn) -> Example:
         device = draw(device_st)
         dtype = draw(by_device[device])
-        C, H = draw(config_st)
+        spec = None
+        if spec_st is not None:
+            spec = draw(spec_st)
+            C, H = spec.n_embd, spec.n_head
+        else:
+            assert config_st is not None
+            C, H = draw(config_st)
         B = draw(batch_st)
-        T = draw(seq_st)
+        W = spec.window if spec is not None and prop.needs_window else None
+        # The window property needs a key just inside and one just outside: T > W.
+        T = draw(st.integers(W + 1, max_seq) if W is not None and W < max_seq else seq_st)
         cuts = draw(cut_points(T)) if prop.uses_cuts else ()
         scale = draw(scale_st) if prop.scaled_inputs else 1.0
         return Example(B=B, T=T, C=C, H=H, dtype=dtype, device=device, seed=draw(seed_st),
-                       cuts=cuts, scale=scale)
+                       cuts=cuts, scale=scale, spec=spec)
 
     return draw()

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ._errors import TargetError
+from ._errors import ConfigError, TargetError
 
 __all__ = ["Subject", "clip", "default_dtypes", "fault_text", "load_subject", "split_target"]
 
@@ -52,11 +52,13 @@ class Subject:
 
     target: str
     name: str
-    build: Callable[[int, int], Any]
+    build: Callable[..., Any]  # v1: build(n_embd, n_head); v2: build(spec)
     export_weights: Callable[[Any], Mapping[str, Any]] | None
-    supports: Callable[[int, int], bool] | None
+    supports: Callable[..., bool] | None  # v1: supports(n_embd, n_head); v2: supports(spec)
     dtypes: tuple[str, ...] | None
     origin: str
+    protocol: int = 1
+    variants: dict[str, Any] | None = None  # v2's VARIANTS, in JSON form (parse_variants)
 
 
 def split_target(target: str) -> tuple[str, str | None]:
@@ -176,13 +178,26 @@ def load_subject(target: str) -> Subject:
     if not callable(build):
         raise TargetError(f"TARGET {target!r}: build is of type {type(build).__name__}, "
                           "not a function.")
+    protocol = getattr(obj, "PROTOCOL", 1)
+    if protocol not in (1, 2) or isinstance(protocol, bool):
+        raise TargetError(f"TARGET {target!r}: PROTOCOL = {protocol!r}; attnspec speaks "
+                          "protocol 1 (build(n_embd, n_head)) and 2 (build(spec)).")
+    call = "build(n_embd, n_head)" if protocol == 1 else "build(spec)"
     try:
-        inspect.signature(build).bind(1, 1)
+        inspect.signature(build).bind(*((1, 1) if protocol == 1 else (None,)))
     except TypeError:
         raise TargetError(f"TARGET {target!r}: build{inspect.signature(build)} cannot be called "
-                          "as build(n_embd, n_head).") from None
+                          f"as {call}.") from None
     except ValueError:  # builtins without a signature: let the first call tell
         pass
+    variants = None
+    if protocol == 2:
+        from ._spec import parse_variants
+
+        try:
+            variants = parse_variants(getattr(obj, "VARIANTS", {}))
+        except ConfigError as error:
+            raise TargetError(f"TARGET {target!r}: {error}") from None
     dtypes: tuple[str, ...] | None = None
     declared = getattr(obj, "DTYPES", None)
     if declared is not None:
@@ -201,4 +216,4 @@ def load_subject(target: str) -> Subject:
     return Subject(target=target, name=str(name), build=build,
                    export_weights=_optional(obj, "export_weights", target),
                    supports=_optional(obj, "supports", target), dtypes=dtypes,
-                   origin=str(origin))
+                   origin=str(origin), protocol=protocol, variants=variants)

@@ -63,13 +63,15 @@ class SubjectInfo:
     dtypes: tuple[str, ...] | None
     supported: tuple[tuple[int, int], ...] | None
     cuda: bool
+    protocol: int = 1
+    variants: dict[str, Any] | None = None  # protocol v2: what the subject lets vary
 
     @classmethod
     def of(cls, subject: Subject) -> SubjectInfo:
         import torch
 
         supported = None
-        if subject.supports is not None:
+        if subject.supports is not None and subject.protocol == 1:
             try:
                 supported = tuple((c, h) for c, h in grid() if subject.supports(c, h))
             except BaseException as error:  # noqa: BLE001 - while loading, all is the TARGET's
@@ -77,7 +79,8 @@ class SubjectInfo:
                                   f"{fault_text(error)}") from None
         return cls(name=subject.name, origin=subject.origin,
                    has_export=subject.export_weights is not None, dtypes=subject.dtypes,
-                   supported=supported, cuda=torch.cuda.is_available())
+                   supported=supported, cuda=torch.cuda.is_available(),
+                   protocol=subject.protocol, variants=subject.variants)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SubjectInfo:
@@ -87,7 +90,8 @@ class SubjectInfo:
                    dtypes=None if data["dtypes"] is None else tuple(map(str, data["dtypes"])),
                    supported=None if supported is None else tuple(
                        (int(c), int(h)) for c, h in supported),
-                   cuda=bool(data["cuda"]))
+                   cuda=bool(data["cuda"]), protocol=int(data.get("protocol", 1)),
+                   variants=data.get("variants"))
 
 
 class Executor(Protocol):
@@ -401,7 +405,18 @@ def _subject_from_object(obj: Any) -> Subject:
     dtypes = (tuple(dtype_name(d) for d in declared if isinstance(d, torch.dtype))
               if declared is not None else None)
     name = getattr(obj, "__name__", type(obj).__name__)
+    protocol = getattr(obj, "PROTOCOL", 1)
+    variants = None
+    if protocol == 2:
+        from ._errors import ConfigError
+        from ._spec import parse_variants
+
+        try:
+            variants = parse_variants(getattr(obj, "VARIANTS", {}))
+        except ConfigError as error:
+            raise TargetError(f"TARGET {name}: {error}") from None
     return Subject(target=str(name), name=str(name), build=build,
                    export_weights=getattr(obj, "export_weights", None),
                    supports=getattr(obj, "supports", None), dtypes=dtypes,
-                   origin=str(getattr(obj, "__file__", name)))
+                   origin=str(getattr(obj, "__file__", name)), protocol=protocol,
+                   variants=variants)

@@ -5,9 +5,10 @@
 - `torch_mha`: `torch.nn.MultiheadAttention` with a causal mask.
 - `sdpa`: fused QKV projection + `F.scaled_dot_product_attention(is_causal=True)`.
 - `hf_gpt2`: transformers' `GPT2Attention` (needs `attnspec[hf]`).
+- `variants`: the reference for every attention spec (protocol v2: GQA, windows, RoPE, ALiBi).
 """
 
-BUILTIN = ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2")
+BUILTIN = ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2", "variants")
 """Every built-in subject, in the order reports and tables list them."""
 
 EXTRAS = {"hf_gpt2": "transformers"}

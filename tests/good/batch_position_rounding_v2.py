@@ -1,0 +1,33 @@
+"""The position-rounding double (batch_position_rounding.py) for protocol v2: the reference for
+any spec, with the rows in the partial tail of 4-row blocks moved one ulp. Every property that
+applies to a spec (window among them) must pass it."""
+
+from __future__ import annotations
+
+from batch_position_rounding import nudge_by_position
+from torch import Tensor, nn
+
+from attnspec import AttentionSpec, SpecAttention
+
+EXPECTED: frozenset[str] = frozenset()
+PROTOCOL = 2
+VARIANTS = {name: "any" for name in ("n_kv_head", "head_dim", "window", "scale", "softcap",
+                                     "positions", "bias")}
+
+
+class PositionRoundingV2(nn.Module):
+    def __init__(self, spec: AttentionSpec) -> None:
+        super().__init__()
+        self.inner = SpecAttention(spec)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nudge_by_position(self.inner(x))
+
+
+def build(spec: AttentionSpec) -> PositionRoundingV2:
+    return PositionRoundingV2(spec)
+
+
+def export_weights(module: nn.Module) -> dict[str, Tensor]:
+    assert isinstance(module, PositionRoundingV2)
+    return module.inner.export_weights()
