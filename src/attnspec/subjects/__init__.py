@@ -6,10 +6,15 @@
 - `sdpa`: fused QKV projection + `F.scaled_dot_product_attention(is_causal=True)`.
 - `hf_gpt2`: transformers' `GPT2Attention` (needs `attnspec[hf]`).
 - `variants`: the reference for every attention spec (protocol v2: GQA, windows, RoPE, ALiBi).
+- `hf_llama`: transformers' `LlamaAttention`, GQA with RoPE (protocol v2; needs `attnspec[hf]`).
+- `hf_mistral`: transformers' `MistralAttention` with HF's sliding-window mask (protocol v2).
+- `hf_bloom`: transformers' `BloomAttention`, ALiBi (protocol v2).
 """
 
-BUILTIN = ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2", "variants")
+BUILTIN = ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2", "variants",
+           "hf_llama", "hf_mistral", "hf_bloom")
 """Every built-in subject, in the order reports and tables list them."""
 
-EXTRAS = {"hf_gpt2": "transformers"}
+EXTRAS = {"hf_gpt2": "transformers", "hf_llama": "transformers", "hf_mistral": "transformers",
+          "hf_bloom": "transformers"}
 """The module a built-in subject needs beyond attnspec's own dependencies."""

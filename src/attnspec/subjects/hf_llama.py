@@ -1,0 +1,72 @@
+"""transformers' LlamaAttention (eager path) with its rotary embedding and causal mask, built from
+a spec (protocol v2): grouped-query attention, rotate-half RoPE with any theta, any head_dim,
+biases or none. Needs `pip install attnspec[hf]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+
+from .._spec import AttentionSpec, RoPE
+
+try:
+    from transformers import LlamaConfig
+    from transformers.masking_utils import create_causal_mask
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+except ImportError as error:  # the TARGET loader turns this into a one-line exit-2 message
+    raise ImportError("attnspec.subjects.hf_llama needs transformers: "
+                      "pip install 'attnspec[hf]'") from error
+
+PROTOCOL = 2
+# LlamaRotaryEmbedding computes cos and sin in float32 whatever the input's dtype, so its float64
+# results are float32-accurate only (attnspec's oracle says so): float64 is not claimed.
+DTYPES = (torch.float32, torch.bfloat16)
+VARIANTS = {"n_kv_head": "any", "head_dim": "any", "bias": "any",
+            "positions": [RoPE(), RoPE(theta=500000.0)]}
+
+
+def supports(spec: AttentionSpec) -> bool:
+    """Llama's rotary embedding (rotate-half, whole head), the default scale, and a width its
+    config accepts (LlamaConfig requires C % H == 0 even with its own head_dim)."""
+    rope = spec.positions
+    return (isinstance(rope, RoPE) and rope.fraction == 1.0 and not rope.interleaved
+            and spec.window is None and spec.scale is None and spec.softcap is None
+            and spec.n_embd % spec.n_head == 0)
+
+
+class HFLlamaAttention(nn.Module):
+    def __init__(self, spec: AttentionSpec) -> None:
+        super().__init__()
+        assert isinstance(spec.positions, RoPE)
+        self.config = LlamaConfig(
+            hidden_size=spec.n_embd, num_attention_heads=spec.n_head,
+            num_key_value_heads=spec.G, head_dim=spec.D, attention_bias=spec.bias,
+            attention_dropout=0.0, max_position_embeddings=4096,
+            rope_parameters={"rope_type": "default", "rope_theta": spec.positions.theta})
+        self.config._attn_implementation = "eager"
+        self.attn = LlamaAttention(self.config, layer_idx=0)
+        self.rotary = LlamaRotaryEmbedding(self.config)
+
+    def forward(self, x: Tensor) -> Tensor:
+        positions = torch.arange(x.size(1), device=x.device)[None]
+        mask = create_causal_mask(config=self.config, inputs_embeds=x, attention_mask=None,
+                                  cache=None, position_ids=positions)
+        out = self.attn(x, position_embeddings=self.rotary(x, positions), attention_mask=mask)
+        result: Tensor = out[0] if isinstance(out, tuple) else out
+        return result
+
+
+def build(spec: AttentionSpec) -> nn.Module:
+    return HFLlamaAttention(spec)
+
+
+def export_weights(module: nn.Module) -> Mapping[str, Tensor]:
+    assert isinstance(module, HFLlamaAttention)
+    attn = module.attn
+    out = {f"{n}_weight": getattr(attn, f"{n}_proj").weight for n in "qkvo"}
+    if attn.q_proj.bias is not None:
+        out |= {f"{n}_bias": getattr(attn, f"{n}_proj").bias for n in "qkvo"}
+    return out

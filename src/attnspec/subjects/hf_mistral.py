@@ -1,0 +1,72 @@
+"""transformers' MistralAttention (eager path) with its rotary embedding and HF's own
+sliding-window causal mask (`create_sliding_window_causal_mask`), built from a spec (protocol
+v2): a window of W keys, grouped-query attention, rotate-half RoPE. The window lives in the mask
+HF builds, which is where off-by-one windows have shipped. Needs `pip install attnspec[hf]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+
+from .._spec import AttentionSpec, RoPE
+
+try:
+    from transformers import MistralConfig
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+    from transformers.models.mistral.modeling_mistral import (
+        MistralAttention,
+        MistralRotaryEmbedding,
+    )
+except ImportError as error:  # the TARGET loader turns this into a one-line exit-2 message
+    raise ImportError("attnspec.subjects.hf_mistral needs transformers: "
+                      "pip install 'attnspec[hf]'") from error
+
+PROTOCOL = 2
+# The rotary embedding computes cos and sin in float32 (as Llama's): float64 is not claimed.
+DTYPES = (torch.float32, torch.bfloat16)
+VARIANTS = {"n_kv_head": "any", "window": "any", "bias": [False], "positions": [RoPE()]}
+
+
+def supports(spec: AttentionSpec) -> bool:
+    """Rotate-half RoPE over the whole head, the default scale, and C % H == 0 (its config)."""
+    rope = spec.positions
+    return (isinstance(rope, RoPE) and rope.fraction == 1.0 and not rope.interleaved
+            and spec.scale is None and spec.softcap is None and spec.head_dim is None
+            and not spec.bias)
+
+
+class HFMistralAttention(nn.Module):
+    def __init__(self, spec: AttentionSpec) -> None:
+        super().__init__()
+        assert isinstance(spec.positions, RoPE)
+        self.config = MistralConfig(
+            hidden_size=spec.n_embd, num_attention_heads=spec.n_head,
+            num_key_value_heads=spec.G, head_dim=spec.D, sliding_window=spec.window,
+            attention_dropout=0.0, max_position_embeddings=4096,
+            rope_parameters={"rope_type": "default", "rope_theta": spec.positions.theta})
+        self.config._attn_implementation = "eager"
+        self.attn = MistralAttention(self.config, layer_idx=0)
+        self.rotary = MistralRotaryEmbedding(self.config)
+
+    def forward(self, x: Tensor) -> Tensor:
+        positions = torch.arange(x.size(1), device=x.device)[None]
+        make = (create_causal_mask if self.config.sliding_window is None
+                else create_sliding_window_causal_mask)
+        mask = make(config=self.config, inputs_embeds=x, attention_mask=None, cache=None,
+                    position_ids=positions)
+        out = self.attn(x, position_embeddings=self.rotary(x, positions), attention_mask=mask)
+        result: Tensor = out[0] if isinstance(out, tuple) else out
+        return result
+
+
+def build(spec: AttentionSpec) -> nn.Module:
+    return HFMistralAttention(spec)
+
+
+def export_weights(module: nn.Module) -> Mapping[str, Tensor]:
+    assert isinstance(module, HFMistralAttention)
+    attn = module.attn
+    return {f"{n}_weight": getattr(attn, f"{n}_proj").weight for n in "qkvo"}
