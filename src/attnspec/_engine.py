@@ -25,6 +25,7 @@ from ._errors import ConfigError, TargetError, UsageError
 from ._options import MAX_SEQ_LIMIT, PROFILES, RunOptions
 from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
+from ._spec import ALiBi, AttentionSpec, RoPE
 from ._subject import clip, default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
 
@@ -95,6 +96,19 @@ def _size(ex: Example) -> tuple[int, ...]:
     return (ex.B * ex.T * ex.C, ex.T, ex.B, ex.C, ex.H, len(ex.cuts), ex.seed)
 
 
+def _features(spec: AttentionSpec) -> list[str]:
+    """The spec's departures from plain attention, as coverage labels."""
+    found = ["plain"] if set(spec.to_json()) == {"n_embd", "n_head"} else []
+    found += [name for name, on in (
+        ("mqa", spec.G == 1 < spec.n_head), ("gqa", 1 < spec.G < spec.n_head),
+        ("head_dim", spec.head_dim is not None), ("window", spec.window is not None),
+        ("scale", spec.scale is not None), ("softcap", spec.softcap is not None),
+        ("no_bias", not spec.bias), ("alibi", isinstance(spec.positions, ALiBi))) if on]
+    if isinstance(spec.positions, RoPE):
+        found.append("rope_interleaved" if spec.positions.interleaved else "rope_half")
+    return found
+
+
 @dataclass
 class _Coverage:
     """What the examples run so far covered, so a report shows the range a pass was earned on."""
@@ -114,6 +128,10 @@ class _Coverage:
         for key in ("dtype", "device"):
             seen = self.counts.setdefault(key, {})
             seen[getattr(ex, key)] = seen.get(getattr(ex, key), 0) + 1
+        if ex.spec is not None:  # which variants the examples exercised, by feature
+            seen = self.counts.setdefault("variant", {})
+            for feature in _features(ex.spec):
+                seen[feature] = seen.get(feature, 0) + 1
 
     def to_json(self) -> dict[str, Any] | None:
         if not self.shapes:
