@@ -26,7 +26,8 @@ def _span(props: list[dict], axis: str) -> str:
 def merge(reports: list[dict]) -> dict:
     """One subject's reports (one per seed) as one: examples, seconds and drawn added up."""
     merged = {"subject": reports[0]["subject"], "partial": any(r["partial"] for r in reports),
-              "seeds": sorted(r.get("seed") for r in reports), "properties": []}
+              "seeds": sorted(r.get("seed") for r in reports), "dtypes": reports[0]["dtypes"],
+              "properties": []}
     for i, first in enumerate(reports[0]["properties"]):
         runs = [r["properties"][i] for r in reports]
         bad = [p for p in runs if p["verdict"] not in ("pass", "skip")]

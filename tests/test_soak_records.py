@@ -45,7 +45,10 @@ def test_every_builtin_subject_and_the_rounding_double_soaked_clean(
             assert prop["verdict"] == "pass", (name, prop["id"])
             assert prop["examples"] >= 2000, (name, prop["id"], prop["examples"])
             if prop["id"] != "divisibility":  # only build() runs there: no dtype
-                assert set(prop["drawn"]["dtype"]) == {"float32", "float64", "bfloat16"}, name
+                # Every CPU dtype the subject claims (HF's v2 models claim no float64).
+                claimed = set(report["dtypes"]["cpu"])
+                assert claimed >= {"float32", "bfloat16"}, name
+                assert set(prop["drawn"]["dtype"]) == claimed, name
     assert soak_table.main(str(SOAK)) == 0
     assert capsys.readouterr().out.count("| **0** |") == len(SUBJECTS)
 
