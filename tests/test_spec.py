@@ -237,3 +237,16 @@ def test_a_v1_subject_has_no_window_to_check() -> None:
     report = attnspec.verify("attnspec.subjects.reference", only="window", max_examples=2)
     assert report.result("window").verdict == "skip"
     assert "protocol 1" in report.result("window").message
+
+
+def test_attention_weights_show_the_window_and_sum_to_one() -> None:
+    spec = AttentionSpec(16, 4, n_kv_head=2, window=3, positions=ALiBi())
+    module = SpecAttention(spec).double()
+    x = _x(spec, B=1, T=6)
+    with torch.no_grad():
+        weights = module.attention_weights(x)
+    assert weights.shape == (1, 4, 6, 6)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 4, 6, dtype=torch.float64))
+    i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
+    outside = (j > i) | (j <= i - 3)
+    assert bool((weights[..., outside] == 0).all()) and bool((weights[..., ~outside] > 0).all())

@@ -91,6 +91,11 @@ def spec_attention(
     """Attention as `spec` says, from protocol-layout weights: q (H·D, C), k and v (G·D, C),
     o (C, H·D), optional biases. Positions start at `offset`. Gradients flow to whatever
     requires them."""
+    return _pipeline(x, weights, spec, offset, None)
+
+
+def _pipeline(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, offset: int,
+              keep: list[Tensor] | None) -> Tensor:
     steps = _STEPS_RUN
     H, G, D = spec.n_head, spec.G, spec.D
     q = steps.heads_of(F.linear(x, weights["q_weight"], weights.get("q_bias")), H, D)
@@ -100,7 +105,10 @@ def spec_attention(
         q = steps.rotate(q, spec.positions, offset)
         k = steps.rotate(k, spec.positions, offset)
     k, v = steps.repeat_kv(k, H), steps.repeat_kv(v, H)
-    y = steps.attend(steps.softmax_keys(steps.spec_scores(q, k, spec)), v)
+    attention = steps.softmax_keys(steps.spec_scores(q, k, spec))
+    if keep is not None:
+        keep.append(attention)
+    y = steps.attend(attention, v)
     return F.linear(steps.merge_heads(y), weights["o_weight"], weights.get("o_bias"))
 
 
@@ -130,6 +138,13 @@ class SpecAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return spec_attention(x, self.export_weights(), self.spec)
+
+    def attention_weights(self, x: Tensor) -> Tensor:
+        """The softmax weights (B, H, T, T) of every query head on `x`: zero outside the window,
+        tilted by ALiBi, shared by the query heads of one key/value head."""
+        kept: list[Tensor] = []
+        _pipeline(x, self.export_weights(), self.spec, 0, kept)
+        return kept[0]
 
     def export_weights(self) -> dict[str, Tensor]:
         """The projections in protocol v2's layout; the parameters themselves."""
