@@ -173,3 +173,24 @@ def test_a_message_that_every_property_repeats_is_printed_once() -> None:
     summary = report.summary()
     assert summary.count(said) == 1
     assert "dtype: error: the same message as width." in summary
+
+
+def test_a_kernel_for_head_size_64_is_checked_once_the_sizes_reach_it() -> None:
+    from types import SimpleNamespace
+
+    from attnspec.subjects import sdpa
+
+    kernel = SimpleNamespace(__name__="d64", build=sdpa.build, export_weights=sdpa.export_weights,
+                             supports=lambda c, h: c // h == 64 and h <= 2)
+    with pytest.raises(attnspec.UsageError, match="supports none of the configurations"):
+        attnspec.verify(kernel, only="oracle", max_examples=3, database=False)
+    report = attnspec.verify(kernel, only="oracle", max_examples=5, seed=0, database=False,
+                             max_heads=2, max_head_dim=64, dtypes=["float32"])
+    assert report.ok, report.summary()
+    assert report.result("oracle").drawn["C"] == [64, 128]
+
+
+@pytest.mark.parametrize(("option", "value"), [("max_heads", 0), ("max_head_dim", 1025)])
+def test_size_bounds_are_checked_and_named(option: str, value: int) -> None:
+    with pytest.raises(attnspec.UsageError, match=f"{option}={value}: must be between 1 and"):
+        attnspec.verify("attnspec.subjects.sdpa", **{option: value})  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ._errors import ConfigError, TargetError, UsageError
-from ._options import MAX_SEQ_LIMIT, PROFILES, RunOptions
+from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ_LIMIT, PROFILES, RunOptions
 from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
 from ._spec import ALiBi, AttentionSpec, RoPE
@@ -207,9 +207,18 @@ class Session:
             raise UsageError("isolate=True needs a TARGET string (a path or a dotted module); "
                              f"got {type(target).__name__}.")
         self.isolated = isolate
-        self.executor: Executor = (Worker(target, timeout=options.timeout) if isolate
-                                   else InProcess(target))
+        sizes = (options.max_heads, options.max_head_dim)
+        self.sizes = sizes
+        self.executor: Executor = (Worker(target, timeout=options.timeout, sizes=sizes)
+                                   if isolate else InProcess(target, sizes))
         self.info = self.executor.info
+        if self.info.supported is not None and not self.info.supported:
+            self.close()
+            raise UsageError(
+                option="max_head_dim", value=options.max_head_dim,
+                reason=f"the subject supports none of the configurations attnspec draws (H "
+                       f"1..{options.max_heads}, D 1..{options.max_head_dim}, C = H x D); "
+                       "raise max_heads or max_head_dim to reach the sizes it handles.")
         self.dtypes = {dev: self._dtypes_for(dev) for dev in self.devices}
         if not any(self.dtypes.values()):
             requested = self.requested_dtypes or []
@@ -255,7 +264,8 @@ class Session:
             "devices": self.devices, "dtypes": self.dtypes, "profile": self.profile,
             "max_examples": self.max_examples, "seed": self.seed,
             "derandomize": self.derandomize, "timeout": self.timeout,
-            "max_seq": self.max_seq, "isolated": self.isolated,
+            "max_seq": self.max_seq, "max_heads": self.sizes[0],
+            "max_head_dim": self.sizes[1], "isolated": self.isolated,
         }
 
     def replay_command(self, prop: str, ex: Example) -> str:
@@ -272,7 +282,7 @@ class Session:
 
             strategy = self._strategies[prop] = examples(
                 BY_ID[prop], dtypes=self.dtypes, supported=self.info.supported,
-                max_seq=self.max_seq,
+                max_seq=self.max_seq, max_heads=self.sizes[0], max_head_dim=self.sizes[1],
                 variants=self.info.variants if self.info.protocol == 2 else None)
         return data.draw(strategy, label="example")  # type: ignore[no-any-return]
 
@@ -593,6 +603,7 @@ def verify(
     progress: bool | Progress = False, exitfirst: bool = False,
     replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
     on_start: Callable[[Report], None] | None = None, max_seq: int = 64,
+    max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM,
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
 
@@ -612,6 +623,8 @@ def verify(
     - `seed`: the same seed gives the same examples and verdicts.
     - `timeout`: seconds allowed for one example before the worker is killed.
     - `max_seq`: the longest sequence (T) drawn; raise it past a blocked kernel's block size.
+    - `max_heads`, `max_head_dim`: the largest H and D drawn (8 and 16); raise them to reach
+      the sizes kernels specialise on (D = 64, 128, 256 and their neighbours are favoured).
     - `report`: a path for the JSON report, written atomically after every property.
     - `exitfirst`: stop after the first property that does not pass.
     - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
@@ -625,7 +638,8 @@ def verify(
     props = select_properties(only, skip)
     options = RunOptions(device=device, dtypes=None if dtypes is None else tuple(dtypes),
                          profile=profile, max_examples=max_examples, seed=seed,
-                         timeout=timeout, max_seq=max_seq, database=database)
+                         timeout=timeout, max_seq=max_seq, max_heads=max_heads,
+                         max_head_dim=max_head_dim, database=database)
     if replay is not None and len(props) != 1:
         raise UsageError(option="only", value=",".join(props),
                          reason="a replay runs one example of one property: give exactly one.")

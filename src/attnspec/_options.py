@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from ._errors import UsageError
 
-__all__ = ["DEVICES", "DTYPE_NAMES", "MAX_SEQ_LIMIT", "PROFILES", "RunOptions"]
+__all__ = ["DEVICES", "DTYPE_NAMES", "HEADS_LIMIT", "HEAD_DIM_LIMIT", "MAX_SEQ_LIMIT", "PROFILES",
+           "RunOptions"]
 
 # The dtypes attnspec checks, by name (torch-free, so the command line starts fast).
 DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
@@ -21,10 +22,13 @@ DEVICES = ("cpu", "cuda", "all")
 # B <= 4 and H <= 8 are drawn, so the (B, H, T, T) scores reach 4 * 8 * T * T elements.
 MAX_SEQ_LIMIT = 4096
 
-# The (C, H) generation draws: H in 1..MAX_HEADS, D in 1..MAX_HEAD_DIM, C = H * D. The worker
-# asks a subject's `supports` about exactly these.
+# The (C, H) generation draws by default: H in 1..MAX_HEADS, D in 1..MAX_HEAD_DIM, C = H * D
+# (max_heads and max_head_dim raise them). The worker asks a subject's `supports` about exactly
+# the pairs a run can draw.
 MAX_HEADS = 8
 MAX_HEAD_DIM = 16
+HEADS_LIMIT = 256
+HEAD_DIM_LIMIT = 1024
 
 
 def _whole(value: object) -> bool:
@@ -39,8 +43,9 @@ class RunOptions:
     **Arguments:** as `verify()` takes them: `device` (`"cpu"`, `"cuda"` or `"all"`),
     `dtypes` (None: what the subject claims), `profile`, `max_examples` (overrides the
     profile), `seed`, `timeout` (seconds per request to the worker), `max_seq` (the longest T
-    drawn), `database` (False, True for `.hypothesis/attnspec`, or a directory) and
-    `derandomize` (None: where the `CI` environment variable is set, unless a seed is given).
+    drawn), `max_heads` and `max_head_dim` (the largest H and D drawn), `database` (False,
+    True for `.hypothesis/attnspec`, or a directory) and `derandomize` (None: where the `CI`
+    environment variable is set, unless a seed is given).
     """
 
     device: str = "all"
@@ -50,6 +55,8 @@ class RunOptions:
     seed: int | None = None
     timeout: float = 30.0
     max_seq: int = 64
+    max_heads: int = MAX_HEADS
+    max_head_dim: int = MAX_HEAD_DIM
     database: bool | str = True
     derandomize: bool | None = None
 
@@ -71,6 +78,12 @@ class RunOptions:
                 reason=f"must be between 1 and {MAX_SEQ_LIMIT} (the longest T drawn): at T = "
                        f"{MAX_SEQ_LIMIT} one (B, H, T, T) score tensor of the reference is "
                        "already 2 GiB in float32.")
+        for name, limit, what in (("max_heads", HEADS_LIMIT, "H, the most query heads drawn"),
+                                  ("max_head_dim", HEAD_DIM_LIMIT, "D, the largest head drawn")):
+            value = getattr(self, name)
+            if not _whole(value) or not 1 <= value <= limit:
+                raise UsageError(option=name, value=value,
+                                 reason=f"must be between 1 and {limit} ({what}).")
         if self.seed is not None and not _whole(self.seed):
             raise UsageError(option="seed", value=self.seed, reason="must be a whole number.")
         if self.device not in DEVICES:

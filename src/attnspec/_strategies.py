@@ -14,7 +14,8 @@ from ._options import MAX_HEAD_DIM, MAX_HEADS
 from ._properties import Example, Property
 from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
 
-__all__ = ["batch_sizes", "configs", "cut_points", "examples", "invalid_configs", "seq_lengths"]
+__all__ = ["batch_sizes", "configs", "cut_points", "examples", "head_dims", "invalid_configs",
+           "seq_lengths", "specs"]
 
 
 def _powers_of_two_and_neighbours(first: int, limit: int) -> set[int]:
@@ -44,6 +45,21 @@ def seq_lengths(*, min_value: int = 1, max_value: int = 64) -> st.SearchStrategy
     return st.one_of(*options)
 
 
+# The head sizes kernels specialise on; they and their neighbours are drawn often where allowed.
+KERNEL_HEAD_DIMS = (32, 64, 80, 96, 128, 256)
+
+
+def _kernel_sizes(max_value: int) -> list[int]:
+    return sorted({d + k for d in KERNEL_HEAD_DIMS for k in (-1, 0, 1) if d + k <= max_value})
+
+
+def head_dims(max_value: int = MAX_HEAD_DIM) -> st.SearchStrategy[int]:
+    """D in 1..max_value, weighted towards KERNEL_HEAD_DIMS and their neighbours."""
+    special = _kernel_sizes(max_value)
+    anything = st.integers(1, max_value)
+    return st.one_of(st.sampled_from(special), anything) if special else anything
+
+
 def batch_sizes(*, min_value: int = 1, max_value: int = 4) -> st.SearchStrategy[int]:
     """B."""
     return st.integers(min_value, max_value)
@@ -57,7 +73,7 @@ def configs(
 
     `supported`, when given, is the subject's own list of (C, H) it handles.
     """
-    pairs = st.tuples(st.integers(1, max_heads), st.integers(1, max_head_dim)).map(
+    pairs = st.tuples(st.integers(1, max_heads), head_dims(max_head_dim)).map(
         lambda hd: (hd[0] * hd[1], hd[0]))
     if supported is None:
         return pairs
@@ -120,21 +136,28 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
     softcap_st = field("softcap", st.one_of(st.none(), st.sampled_from((1.0, 5.0, 30.0))))
     bias_st = field("bias", st.booleans(), default=True)
     own_width = variants.get("head_dim") is not None
+    dims = head_dims(max_head_dim)
 
     @st.composite
     def draw(draw: st.DrawFn) -> AttentionSpec:
         H = draw(st.integers(1, max_heads))
         positions = draw(positions_st)
         # RoPE turns channel pairs: draw D among the head sizes it can rotate.
-        sizes = [d for d in range(1, max_head_dim + 1) if not isinstance(positions, RoPE)
-                 or (positions.rotary_dim(d) >= 2 and positions.rotary_dim(d) % 2 == 0)]
-        assume(bool(sizes))
-        D = draw(st.sampled_from(sizes))
+        if isinstance(positions, RoPE):  # it turns channel pairs: D must give it some
+            rope = positions
+            fits = [d for d in range(1, max_head_dim + 1)
+                    if rope.rotary_dim(d) >= 2 and rope.rotary_dim(d) % 2 == 0]
+            assume(bool(fits))
+            favoured = [d for d in _kernel_sizes(max_head_dim) if d in fits]
+            D = draw(st.one_of(st.sampled_from(favoured), st.sampled_from(fits)) if favoured
+                     else st.sampled_from(fits))
+        else:
+            D = draw(dims)
         G = draw(field("n_kv_head", st.sampled_from(divisors(H)), default=H))
         head_dim = None
         C = H * D
         if own_width and draw(st.booleans()):  # q and o widths H·D, unrelated to C
-            head_dim, C = D, draw(st.integers(1, max_heads * max_head_dim))
+            head_dim, C = D, draw(st.integers(1, max(128, H * D)))
         try:
             return AttentionSpec(C, H, n_kv_head=None if G == H else G, head_dim=head_dim,
                                  window=draw(window_st), scale=draw(scale_st),
@@ -149,7 +172,8 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
 
 def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
              supported: Sequence[tuple[int, int]] | None, max_seq: int,
-             variants: Mapping[str, Any] | None = None) -> st.SearchStrategy[Example]:
+             variants: Mapping[str, Any] | None = None, max_heads: int = MAX_HEADS,
+             max_head_dim: int = MAX_HEAD_DIM) -> st.SearchStrategy[Example]:
     """Every example `prop` is checked on, as one strategy (built once per run and property).
 
     `dtypes` maps each device to check to its dtypes; `supported` is the subject's (C, H) list;
@@ -160,9 +184,11 @@ def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
     devices = ["cuda"] if prop.needs_cuda else [d for d in dtypes if dtypes[d]]
     by_device = {d: st.sampled_from(list(dtypes[d])) for d in devices}
     device_st = st.sampled_from(devices)
-    config_st = configs(supported=supported) if variants is None else None
-    spec_st = None if variants is None else specs(variants, max_seq=max_seq,
-                                                   need_window=prop.needs_window)
+    config_st = configs(max_heads=max_heads, max_head_dim=max_head_dim,
+                        supported=supported) if variants is None else None
+    spec_st = None if variants is None else specs(
+        variants, max_seq=max_seq, need_window=prop.needs_window, max_heads=max_heads,
+        max_head_dim=max_head_dim)
     batch_st = batch_sizes(min_value=prop.min_batch)
     seq_st = seq_lengths(max_value=max_seq)
     scale_st = st.sampled_from((1.0, 4.0))

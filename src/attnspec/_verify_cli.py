@@ -191,6 +191,7 @@ def _name_the_signal(report: Report, name: str) -> bool:
 FLAGS = {"only": "--only", "skip": "--skip", "device": "--device", "dtypes": "--dtype",
          "profile": "--profile", "max_examples": "--max-examples", "seed": "--seed",
          "timeout": "--timeout", "max_seq": "--max-seq", "report": "--report",
+         "max_heads": "--max-heads", "max_head_dim": "--max-head-dim",
          "replay": "--replay"}
 """verify()'s parameters, as the command line spells them."""
 
@@ -232,6 +233,12 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--max-seq", type=int, default=64, metavar="T",
                         help="the longest sequence length drawn (64, at most 4096); raise it "
                              "past a blocked kernel's block size")
+    verify.add_argument("--max-heads", type=int, default=8, metavar="H",
+                        help="the most query heads drawn (8, at most 256)")
+    verify.add_argument("--max-head-dim", type=int, default=16, metavar="D",
+                        help="the largest head size drawn (16, at most 1024); 32, 64, 80, 96, "
+                             "128, 256 and their neighbours are favoured where allowed. C = H x D"
+                             " grows with both")
     verify.add_argument("--report", metavar="FILE.json",
                         help="write a JSON report (atomically; once, plainly, to a device or "
                              "pipe)")
@@ -253,7 +260,9 @@ def _header(session_header: dict[str, Any], target: str) -> str:
             f"torch {v['torch']}, hypothesis {v['hypothesis']}, python {v['python']}\n"
             f"devices: {', '.join(session_header['devices'])}  dtypes: {dtypes}\n"
             f"profile: {session_header['profile']} ({session_header['max_examples']} examples "
-            f"per property, T up to {session_header['max_seq']}), seed: "
+            f"per property, T up to {session_header['max_seq']}, H up to "
+            f"{session_header.get('max_heads', 8)}, D up to "
+            f"{session_header.get('max_head_dim', 16)}), seed: "
             f"{session_header['seed']}, timeout: {session_header['timeout']:g}s\n")
 
 
@@ -307,6 +316,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
             args.target, only=args.only, skip=args.skip, device=args.device,
             dtypes=dtypes or None, profile=args.profile, max_examples=args.max_examples,
             seed=args.seed, timeout=args.timeout, max_seq=args.max_seq,
+            max_heads=args.max_heads, max_head_dim=args.max_head_dim,
             report=None if plain else args.report, progress=progress,
             exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
             on_start=on_start,

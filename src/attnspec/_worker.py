@@ -33,15 +33,13 @@ from ._wire import WireError, decode, encode
 
 __all__ = ["Executor", "InProcess", "SubjectCrash", "SubjectInfo", "Worker", "grid"]
 
-# The (C, H) pairs that generation can draw: `supports` is asked about each once.
-GRID_H = range(1, MAX_HEADS + 1)
-GRID_D = range(1, MAX_HEAD_DIM + 1)
 # How often the worker checks that its parent is still there.
 _PARENT_POLL = 0.5
 
 
-def grid() -> list[tuple[int, int]]:
-    return [(h * d, h) for h in GRID_H for d in GRID_D]
+def grid(max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM) -> list[tuple[int, int]]:
+    """The (C, H) pairs that generation can draw: `supports` is asked about each once."""
+    return [(h * d, h) for h in range(1, max_heads + 1) for d in range(1, max_head_dim + 1)]
 
 
 class SubjectCrash(Exception):
@@ -67,13 +65,14 @@ class SubjectInfo:
     variants: dict[str, Any] | None = None  # protocol v2: what the subject lets vary
 
     @classmethod
-    def of(cls, subject: Subject) -> SubjectInfo:
+    def of(cls, subject: Subject, sizes: tuple[int, int] = (MAX_HEADS, MAX_HEAD_DIM),
+           ) -> SubjectInfo:
         import torch
 
         supported = None
         if subject.supports is not None and subject.protocol == 1:
             try:
-                supported = tuple((c, h) for c, h in grid() if subject.supports(c, h))
+                supported = tuple((c, h) for c, h in grid(*sizes) if subject.supports(c, h))
             except BaseException as error:  # noqa: BLE001 - while loading, all is the TARGET's
                 raise TargetError(f"TARGET {subject.target!r}: supports() raised "
                                   f"{fault_text(error)}") from None
@@ -140,9 +139,10 @@ def _answer(conn: Connection) -> None:
     hello = decode(conn.recv_bytes())
     sys.path[:] = [p for p in hello["sys_path"] if isinstance(p, str)]
     target = hello["target"]
+    sizes = (int(hello.get("max_heads", MAX_HEADS)), int(hello.get("max_head_dim", MAX_HEAD_DIM)))
     try:
         subject = load_subject(target)
-        info = SubjectInfo.of(subject)
+        info = SubjectInfo.of(subject, sizes)
     except TargetError as error:
         conn.send_bytes(encode({"kind": "target_error", "message": str(error)}))
         return
@@ -225,8 +225,10 @@ class Worker:
     """The runner's handle on a worker process running TARGET."""
 
     def __init__(self, target: str, *, timeout: float = 30.0,
-                 start_timeout: float = 300.0) -> None:
+                 start_timeout: float = 300.0,
+                 sizes: tuple[int, int] = (MAX_HEADS, MAX_HEAD_DIM)) -> None:
         self.target = target
+        self.sizes = sizes  # (max_heads, max_head_dim): the grid `supports` is asked about
         self.timeout = timeout
         self.start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
@@ -247,7 +249,9 @@ class Worker:
         self._process, self._conn = process, conn
         self.restarts += 1
         try:
-            conn.send_bytes(encode({"target": self.target, "sys_path": list(sys.path)}))
+            conn.send_bytes(encode({"target": self.target, "sys_path": list(sys.path),
+                                    "max_heads": self.sizes[0],
+                                    "max_head_dim": self.sizes[1]}))
             loaded = conn.poll(self.start_timeout)
         except BaseException:  # Ctrl-C while the subject loads: leave no worker behind
             self._kill()
@@ -357,12 +361,12 @@ class InProcess:
     fresh tensors.
     """
 
-    def __init__(self, target: Any) -> None:
+    def __init__(self, target: Any, sizes: tuple[int, int] = (MAX_HEADS, MAX_HEAD_DIM)) -> None:
         from ._subject import load_subject
 
         subject = load_subject(target) if isinstance(target, str) else _subject_from_object(
             target)
-        self.info = SubjectInfo.of(subject)
+        self.info = SubjectInfo.of(subject, sizes)
         self._state = Executed(subject)
         self._pending: dict[str, Any] | None = None
 

@@ -29,7 +29,8 @@ _SESSIONS = pytest.StashKey[dict[str, "Session | str"]]()
 _OPTIONS = pytest.StashKey[RunOptions]()
 _FLAGS = {"max_examples": "--attnspec-max-examples", "max_seq": "--attnspec-max-seq",
           "device": "--attnspec-device", "profile": "--attnspec-profile",
-          "seed": "--attnspec-seed"}
+          "seed": "--attnspec-seed", "max_heads": "--attnspec-max-heads",
+          "max_head_dim": "--attnspec-max-head-dim"}
 
 
 def subject_targets(config: pytest.Config) -> list[str]:
@@ -57,7 +58,9 @@ def pytest_configure(config: pytest.Config) -> None:
             profile=config.getoption("--attnspec-profile"),
             max_examples=config.getoption("--attnspec-max-examples"),
             seed=config.getoption("--attnspec-seed"),
-            max_seq=config.getoption("--attnspec-max-seq"))
+            max_seq=config.getoption("--attnspec-max-seq"),
+            max_heads=config.getoption("--attnspec-max-heads"),
+            max_head_dim=config.getoption("--attnspec-max-head-dim"))
     except UsageError as error:
         from ._verify_cli import in_flags
 
