@@ -250,3 +250,17 @@ def test_attention_weights_show_the_window_and_sum_to_one() -> None:
     i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
     outside = (j > i) | (j <= i - 3)
     assert bool((weights[..., outside] == 0).all()) and bool((weights[..., ~outside] > 0).all())
+
+
+def test_the_trace_shows_grouped_keys_and_their_sharing() -> None:
+    spec = AttentionSpec(12, 6, n_kv_head=2, head_dim=4, window=3, positions=RoPE())
+    out, trace = SpecAttention(spec).traced(torch.randn(2, 5, 12))
+    assert out.shape == (2, 5, 12)
+    assert [s.name for s in trace.stages] == [
+        "input", "projection", "head split", "kv heads", "rotary", "shared kv", "scores",
+        "weights", "attend", "merge", "output projection"]
+    assert trace.shape("projection") == (2, 5, 24) and trace.shape("kv heads") == (2, 2, 5, 4)
+    assert trace.shape("shared kv") == (2, 6, 5, 4) and trace.shape("scores") == (2, 6, 5, 5)
+    text = str(trace)
+    assert text.startswith("spec: C=12, H=6, n_kv_head=2, head_dim=4, window=3")
+    assert "B G T D" in text and "causal, window 3" in text

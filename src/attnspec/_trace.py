@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["STAGES", "ShapeTrace", "Stage"]
+__all__ = ["SPEC_STAGES", "STAGES", "ShapeTrace", "Stage"]
 
 # docs/design.md's stage table, in pipeline order: (name, axis labels).
 STAGES: tuple[tuple[str, str], ...] = (
@@ -18,10 +18,20 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("output projection", "B T C"),
 )
 
+# Protocol v2's extra stages, between head split and scores (SpecAttention.traced).
+SPEC_STAGES: tuple[tuple[str, str], ...] = (
+    ("kv heads", "B G T D"),
+    ("rotary", "B H T D"),
+    ("shared kv", "B H T D"),
+)
+
 _NOTES = {
     "input": "residual stream",
     "projection": "q, k, v each",
     "head split": "B T (H D) -> B H T D",
+    "kv heads": "keys and values: B T (G D) -> B G T D",
+    "rotary": "RoPE on queries and keys",
+    "shared kv": "each kv head repeated for its H / G query heads",
     "scores": "q @ k^T / sqrt(D), causally masked",
     "weights": "softmax over keys",
     "attend": "weights @ v",
@@ -53,9 +63,11 @@ class ShapeTrace:
     n_embd: int
     n_head: int
     stages: list[Stage] = field(default_factory=list)
+    spec: str | None = None  # a protocol v2 spec's description, for the header
 
-    def record(self, name: str, shape: tuple[int, ...], note: str | None = None) -> None:
-        labels = dict(STAGES)[name]
+    def record(self, name: str, shape: tuple[int, ...], note: str | None = None,
+               labels: str | None = None) -> None:
+        labels = dict(STAGES + SPEC_STAGES)[name] if labels is None else labels
         note = _NOTES[name] if note is None else note
         self.stages.append(Stage(name, labels, tuple(shape), note))
 
@@ -70,7 +82,8 @@ class ShapeTrace:
     def table(self) -> str:
         """The trace as a plain-text table, shapes written as Python tuples."""
         head = (f"n_embd (C) = {self.n_embd}, n_head (H) = {self.n_head}, "
-                f"head_dim (D) = C / H = {self.n_embd // self.n_head}")
+                f"head_dim (D) = C / H = {self.n_embd // self.n_head}") if self.spec is None \
+            else f"spec: {self.spec}"
         rows = [("stage", "axes", "shape", "")]
         rows += [(s.name, s.labels, str(s.shape), s.note) for s in self.stages]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]

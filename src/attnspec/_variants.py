@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from ._reference import attend, merge_heads, softmax_keys
 from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
+from ._trace import ShapeTrace
 from ._typecheck import TYPECHECK, shapechecked
 
 __all__ = ["SpecAttention", "spec_attention", "visible"]
@@ -95,21 +96,46 @@ def spec_attention(
 
 
 def _pipeline(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, offset: int,
-              keep: list[Tensor] | None) -> Tensor:
+              keep: list[Tensor] | None, trace: ShapeTrace | None = None) -> Tensor:
     steps = _STEPS_RUN
+
+    def record(stage: str, t: Tensor, note: str | None = None, labels: str | None = None,
+               ) -> None:
+        if trace is not None:
+            trace.record(stage, tuple(t.shape), note, labels)
+
     H, G, D = spec.n_head, spec.G, spec.D
-    q = steps.heads_of(F.linear(x, weights["q_weight"], weights.get("q_bias")), H, D)
+    record("input", x)
+    q = F.linear(x, weights["q_weight"], weights.get("q_bias"))
+    record("projection", q, "q; k and v are B T G*D", "B T H*D")
+    q = steps.heads_of(q, H, D)
+    record("head split", q)
     k = steps.heads_of(F.linear(x, weights["k_weight"], weights.get("k_bias")), G, D)
     v = steps.heads_of(F.linear(x, weights["v_weight"], weights.get("v_bias")), G, D)
+    record("kv heads", k)
     if isinstance(spec.positions, RoPE):
         q = steps.rotate(q, spec.positions, offset)
         k = steps.rotate(k, spec.positions, offset)
+        record("rotary", q)
     k, v = steps.repeat_kv(k, H), steps.repeat_kv(v, H)
-    attention = steps.softmax_keys(steps.spec_scores(q, k, spec))
+    record("shared kv", k)
+    scores = steps.spec_scores(q, k, spec)
+    masking = "causal" if spec.window is None else f"causal, window {spec.window}"
+    extras = (["soft-capped"] if spec.softcap is not None else []) + (
+        ["ALiBi"] if isinstance(spec.positions, ALiBi) else [])
+    record("scores", scores, f"q @ k^T x {spec.attn_scale:.4g}"
+           + "".join(f", {e}" for e in extras) + f", {masking}")
+    attention = steps.softmax_keys(scores)
+    record("weights", attention)
     if keep is not None:
         keep.append(attention)
     y = steps.attend(attention, v)
-    return F.linear(steps.merge_heads(y), weights["o_weight"], weights.get("o_bias"))
+    record("attend", y)
+    merged = steps.merge_heads(y)
+    record("merge", merged, "B H T D -> B T (H D)", "B T H*D")
+    out = F.linear(merged, weights["o_weight"], weights.get("o_bias"))
+    record("output projection", out)
+    return out
 
 
 class SpecAttention(nn.Module):
@@ -138,6 +164,13 @@ class SpecAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return spec_attention(x, self.export_weights(), self.spec)
+
+    def traced(self, x: Tensor) -> tuple[Tensor, ShapeTrace]:
+        """Run forward once and return its output with the shape of every stage, grouped
+        keys and values (`"B G T D"`) and their sharing among query heads included."""
+        trace = ShapeTrace(self.spec.n_embd, self.spec.n_head, spec=self.spec.describe())
+        out = _pipeline(x, self.export_weights(), self.spec, 0, None, trace)
+        return out, trace
 
     def attention_weights(self, x: Tensor) -> Tensor:
         """The softmax weights (B, H, T, T) of every query head on `x`: zero outside the window,
