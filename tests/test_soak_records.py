@@ -40,7 +40,11 @@ def test_every_builtin_subject_and_the_rounding_double_soaked_clean(
     for name, report in merged.items():
         assert not report["partial"] and len(report["seeds"]) >= 3, name
         ran = [p for p in report["properties"] if p["verdict"] != "skip"]
-        assert len(ran) >= 12, name
+        # Skipped here: device_agreement (no CUDA), window (no window: v1 subjects, Llama,
+        # BLOOM) and divisibility (v2 subjects get only valid specs); all else must have run.
+        assert len(ran) >= 11, name
+        skipped = {p["id"] for p in report["properties"] if p["verdict"] == "skip"}
+        assert skipped <= {"device_agreement", "window", "divisibility"}, (name, skipped)
         for prop in ran:
             assert prop["verdict"] == "pass", (name, prop["id"])
             assert prop["examples"] >= 2000, (name, prop["id"], prop["examples"])
