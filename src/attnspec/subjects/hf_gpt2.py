@@ -28,7 +28,7 @@ class HFGPT2Attention(nn.Module):
         check_config(n_embd, n_head)
         config = GPT2Config(n_embd=n_embd, n_head=n_head, attn_pdrop=0.0, resid_pdrop=0.0)
         config._attn_implementation = "eager"
-        self.attn = GPT2Attention(config, layer_idx=0)  # type: ignore[no-untyped-call]
+        self.attn = GPT2Attention(config, layer_idx=0)
 
     def forward(self, x: Tensor) -> Tensor:
         T = x.size(1)
