@@ -15,6 +15,8 @@ from attnspec.subjects import BUILTIN
 SUBJECTS = BUILTIN
 VERIFY_GOAL_S = 10.0  # a default verify of the reference, on 2 idle cores
 REJECT_GOAL_S = 3.0  # the median time to reject a broken subject (exitfirst)
+SPEC_VERIFY_GOAL_S = 30.0  # a default verify of the reference with every variant drawn
+SPEC_REJECT_GOAL_S = 5.0  # the median time to reject a broken protocol v2 subject
 CAUSALITY_T = (4, 16, 64, 256)
 SCALING_MAX_SEQ = (16, 64, 256)
 QUICK_BROKEN = 4
@@ -167,6 +169,12 @@ def verify_speed(cfg: Config) -> dict[str, Any]:
                                       f"`attnspec.verify()` {wall:.1f} s (medians of "
                                       f"{len(done)}, profile {cfg.profile})",
                           "status": status(goal_ok)})
+        if name == "variants":
+            ok = wall <= SPEC_VERIFY_GOAL_S if cfg.profile == "default" else None
+            goals.append({"goal": f"default verify of the reference with every variant drawn "
+                                  f"(attnspec.subjects.variants) within {SPEC_VERIFY_GOAL_S:g} s",
+                          "measured": f"{wall:.1f} s (median of {len(done)}, profile "
+                                      f"{cfg.profile})", "status": status(ok)})
     matrix = []
     for pid in props_seen:
         matrix.append([pid] + [f"{per_prop[s][pid]:.2f}" if s in per_prop and pid in per_prop[s]
@@ -199,6 +207,22 @@ def verify_speed(cfg: Config) -> dict[str, Any]:
 
 
 # ---- section 4 ------------------------------------------------------------------------------
+
+
+def _protocol(path: str) -> int:
+    """2 where the module defines or imports PROTOCOL (the catalogue's v2 subjects), else 1."""
+    try:
+        with open(path) as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError):
+        return 1
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any(a.name == "PROTOCOL" for a in node.names):
+            return 2
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "PROTOCOL" for t in node.targets):
+            return 2
+    return 1
 
 
 def _expected(path: str) -> list[str] | None:
@@ -252,7 +276,8 @@ def broken(cfg: Config) -> dict[str, Any]:
                 runs[path][mode].append(_verify_once(rel, cfg, exitfirst=mode == "exitfirst"))
     rows, data = [], {}
     rejected = within = 0
-    walls = []
+    walls: list[float] = []
+    spec_walls: list[float] = []  # the protocol v2 modules
     for path in paths:
         name = os.path.basename(path)
         want = ", ".join(expected[path] or ["?"])
@@ -280,6 +305,8 @@ def broken(cfg: Config) -> dict[str, Any]:
         ok = is_rejected
         within += ok
         walls.append(ef_wall)
+        if _protocol(path) == 2:
+            spec_walls.append(ef_wall)
         data[name] = {"expected": expected[path], "exitfirst_wall_s": ef_wall,
                       "full_wall_s": full_wall, "first_rejection_in_full_run_s": first_s,
                       "first_failing_property": first["property"] if first else None,
@@ -303,6 +330,14 @@ def broken(cfg: Config) -> dict[str, Any]:
                           f"{skipped_note}",
               "status": status(within == n and middle <= REJECT_GOAL_S
                                if cfg.profile == "default" else None)}]
+    if spec_walls:
+        spec_middle = median(spec_walls)
+        goals.append({"goal": f"each broken protocol v2 subject rejected, median within "
+                              f"{SPEC_REJECT_GOAL_S:g} s{quick_note}",
+                      "measured": f"{len(spec_walls)} modules (exitfirst wall: median "
+                                  f"{spec_middle:.1f} s, max {max(spec_walls):.1f} s)",
+                      "status": status(spec_middle <= SPEC_REJECT_GOAL_S
+                                       if cfg.profile == "default" else None)})
     tables = [table(
         f"Time to reject tests/broken/* (verify(path, profile={cfg.profile!r}, "
         f"database=False, seed=0, device={cfg.device!r})): {len(paths)} of {found} modules",

@@ -142,8 +142,7 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
     def draw(draw: st.DrawFn) -> AttentionSpec:
         H = draw(st.integers(1, max_heads))
         positions = draw(positions_st)
-        # RoPE turns channel pairs: draw D among the head sizes it can rotate.
-        if isinstance(positions, RoPE):  # it turns channel pairs: D must give it some
+        if isinstance(positions, RoPE):  # it turns channel pairs: D among the sizes it can
             rope = positions
             fits = [d for d in range(1, max_head_dim + 1)
                     if rope.rotary_dim(d) >= 2 and rope.rotary_dim(d) % 2 == 0]
