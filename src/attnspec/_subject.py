@@ -157,6 +157,23 @@ def _optional(obj: Any, attr: str, target: str) -> Any:
     return value
 
 
+def protocol_of(obj: Any, target: str) -> tuple[int, dict[str, Any] | None]:
+    """A subject's PROTOCOL (1 unless it says 2) and, for 2, its VARIANTS checked; a bad value
+    is a TargetError naming `target`."""
+    protocol = getattr(obj, "PROTOCOL", 1)
+    if protocol not in (1, 2) or isinstance(protocol, bool):
+        raise TargetError(f"TARGET {target}: PROTOCOL = {protocol!r}; attnspec speaks "
+                          "protocol 1 (build(n_embd, n_head)) and 2 (build(spec)).")
+    if protocol == 1:
+        return 1, None
+    from ._spec import parse_variants
+
+    try:
+        return 2, parse_variants(getattr(obj, "VARIANTS", {}))
+    except ConfigError as error:
+        raise TargetError(f"TARGET {target}: {error}") from None
+
+
 def load_subject(target: str) -> Subject:
     """Import TARGET and check that it provides the protocol; `TargetError` says what is wrong."""
     if not isinstance(target, str) or not target.strip():
@@ -178,10 +195,7 @@ def load_subject(target: str) -> Subject:
     if not callable(build):
         raise TargetError(f"TARGET {target!r}: build is of type {type(build).__name__}, "
                           "not a function.")
-    protocol = getattr(obj, "PROTOCOL", 1)
-    if protocol not in (1, 2) or isinstance(protocol, bool):
-        raise TargetError(f"TARGET {target!r}: PROTOCOL = {protocol!r}; attnspec speaks "
-                          "protocol 1 (build(n_embd, n_head)) and 2 (build(spec)).")
+    protocol, variants = protocol_of(obj, repr(target))
     call = "build(n_embd, n_head)" if protocol == 1 else "build(spec)"
     try:
         inspect.signature(build).bind(*((1, 1) if protocol == 1 else (None,)))
@@ -190,14 +204,6 @@ def load_subject(target: str) -> Subject:
                           f"as {call}.") from None
     except ValueError:  # builtins without a signature: let the first call tell
         pass
-    variants = None
-    if protocol == 2:
-        from ._spec import parse_variants
-
-        try:
-            variants = parse_variants(getattr(obj, "VARIANTS", {}))
-        except ConfigError as error:
-            raise TargetError(f"TARGET {target!r}: {error}") from None
     dtypes: tuple[str, ...] | None = None
     declared = getattr(obj, "DTYPES", None)
     if declared is not None:

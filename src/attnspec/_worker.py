@@ -400,7 +400,7 @@ class InProcess:
 def _subject_from_object(obj: Any) -> Subject:
     import torch
 
-    from ._subject import dtype_name
+    from ._subject import dtype_name, protocol_of
 
     build = getattr(obj, "build", None) or (obj if callable(obj) else None)
     if build is None or not callable(build):
@@ -409,16 +409,7 @@ def _subject_from_object(obj: Any) -> Subject:
     dtypes = (tuple(dtype_name(d) for d in declared if isinstance(d, torch.dtype))
               if declared is not None else None)
     name = getattr(obj, "__name__", type(obj).__name__)
-    protocol = getattr(obj, "PROTOCOL", 1)
-    variants = None
-    if protocol == 2:
-        from ._errors import ConfigError
-        from ._spec import parse_variants
-
-        try:
-            variants = parse_variants(getattr(obj, "VARIANTS", {}))
-        except ConfigError as error:
-            raise TargetError(f"TARGET {name}: {error}") from None
+    protocol, variants = protocol_of(obj, str(name))
     return Subject(target=str(name), name=str(name), build=build,
                    export_weights=getattr(obj, "export_weights", None),
                    supports=getattr(obj, "supports", None), dtypes=dtypes,
