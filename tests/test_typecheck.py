@@ -198,6 +198,29 @@ def test_a_failed_shape_is_not_cached_as_checked() -> None:
 
 
 @requires_checks
+def test_a_signature_checked_by_one_module_is_not_checked_again_by_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnspec import _reference
+
+    checked: list[int] = []
+    original = _reference._CHECKED.split_heads
+
+    def counting(x: Tensor, n_head: int) -> Tensor:
+        checked.append(n_head)
+        return original(x, n_head)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(_reference._CHECKED, "split_heads", counting)
+    x = torch.randn(2, 7, 12)
+    with torch.no_grad():
+        CausalSelfAttention(12, 3)(x)
+        CausalSelfAttention(12, 3)(x)  # verify builds one module per example: same shapes
+        CausalSelfAttention(12, 4)(x)  # same weight shapes, other heads: checked afresh
+    assert checked == [3, 3, 3, 4, 4, 4], (
+        f"checked split_heads ran for n_head {checked}; want 3 x 3 (first module) then 3 x 4 "
+        "(new n_head), none for the second module with an already checked signature")
+
+
+@requires_checks
 def test_checks_still_run_after_the_signature_cache_fills_up() -> None:
     attn = CausalSelfAttention(4, 2)
     with torch.no_grad():

@@ -417,8 +417,27 @@ class Session:
                       f"{', '.join(self.dtypes[device])}")
         return ex
 
+    @contextlib.contextmanager
+    def _judging(self) -> Iterator[None]:
+        """One torch thread for the runner while it judges a worker's subject: its references
+        are small, and a second thread only fights the worker for the cores (about 20% of a
+        default verify on 2 cores). In process the subject's own threads are left alone."""
+        threads = torch.get_num_threads()
+        if not self.isolated or threads == 1:
+            yield
+            return
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
+
     def replay(self, prop: str, example: Example | dict[str, Any]) -> PropertyResult:
         """Run exactly one example of one property (what a failure's replay command does)."""
+        with self._judging():
+            return self._replay(prop, example)
+
+    def _replay(self, prop: str, example: Example | dict[str, Any]) -> PropertyResult:
         ex = example if isinstance(example, Example) else self.replay_example(prop, example)
         state = _State()
         start = time.perf_counter()
@@ -471,6 +490,11 @@ class Session:
         seeded run draws its own examples. A full pass after a quick pass that passed continues
         it: the examples it ran count towards the property's total, and are not run again.
         """
+        with self._judging():
+            return self._run(prop, progress, max_examples, stream)
+
+    def _run(self, prop: str, progress: Progress | None, max_examples: int | None,
+             stream: str) -> PropertyResult:
         from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
         from hypothesis import seed as hypothesis_seed
         from hypothesis import strategies as st

@@ -94,6 +94,9 @@ _STEPS = (residual_input, split_heads, causal_scores, softmax_keys, attend, merg
 _PLAIN = SimpleNamespace(**{f.__name__: f for f in _STEPS})
 _CHECKED = SimpleNamespace(**{f.__name__: shapechecked(f) for f in _STEPS})
 _MAX_SIGNATURES = 256
+# Shared by every instance: verify builds a new module per example, and shapes follow from the
+# key alone (class, n_embd, n_head, kernel, input and weight shapes, dtype, device).
+_CHECKED_SIGNATURES: set[tuple[object, ...]] = set()
 
 
 class CausalSelfAttention(nn.Module):
@@ -119,7 +122,8 @@ class CausalSelfAttention(nn.Module):
 
     Shapes are checked at runtime (see `ATTNSPEC_TYPECHECK`): a wrong rank, width or dtype
     raises `ShapeError`. Each new (shape, dtype, device) is checked at every step; the pipeline's
-    shapes depend on nothing else, so a signature already checked is not checked again.
+    shapes depend on nothing else, so a signature already checked (by any instance with the same
+    n_embd, n_head and kernel) is not checked again.
     """
 
     def __init__(
@@ -138,7 +142,6 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self._trace: ShapeTrace | None = None
-        self._checked_signatures: set[tuple[object, ...]] = set()
 
     if TYPE_CHECKING:
         # torch types Module.__call__ as Any; consumers get a Tensor out of attn(x).
@@ -152,15 +155,15 @@ class CausalSelfAttention(nn.Module):
             if not isinstance(x, Tensor):
                 return self._pipeline(x, _CHECKED, explicit=self.kernel == "explicit")
             modules = self._modules  # plain dict lookups: Module.__getattr__ costs ~0.7 us each
-            signature = (x.shape, x.dtype, x.device,
+            signature = (type(self), self.n_embd, self.n_head, x.shape, x.dtype, x.device,
                          modules["c_attn"]._parameters["weight"].shape,  # type: ignore[union-attr]
                          modules["c_proj"]._parameters["weight"].shape,  # type: ignore[union-attr]
                          self.kernel)
-            if signature not in self._checked_signatures:
+            if signature not in _CHECKED_SIGNATURES:
                 out = self._pipeline(x, _CHECKED, explicit=self.kernel == "explicit")
-                if len(self._checked_signatures) >= _MAX_SIGNATURES:
-                    self._checked_signatures.clear()
-                self._checked_signatures.add(signature)
+                if len(_CHECKED_SIGNATURES) >= _MAX_SIGNATURES:
+                    _CHECKED_SIGNATURES.clear()
+                _CHECKED_SIGNATURES.add(signature)
                 return out
         if self.kernel == "sdpa":
             return self._sdpa_fused(x)
