@@ -575,3 +575,22 @@ def test_an_answer_left_uncollected_is_never_taken_for_the_next_one() -> None:
         assert torch.equal(got, want)
     finally:
         worker.close()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_vjp_gives_autograd_grads_values_exactly(dtype: torch.dtype) -> None:
+    from attnspec import CausalSelfAttention
+    from attnspec._execute import vjp
+
+    gen = torch.Generator().manual_seed(3)
+    attn = CausalSelfAttention(12, 3).to(dtype)
+    x = torch.randn(2, 5, 12, generator=gen).to(dtype).requires_grad_(True)
+    cotangent = torch.randn(2, 5, 12, generator=gen).to(dtype)
+    inputs = [x, *attn.parameters()]
+    want = torch.autograd.grad(attn(x), inputs, cotangent)
+    got = vjp([attn(x)], inputs, [cotangent])
+    for name, w, g in zip(["x", *(n for n, _ in attn.named_parameters())], want, got,
+                          strict=True):
+        assert g is not None and torch.equal(w, g), f"d/d{name} differs from autograd.grad's"
+    unused = torch.zeros(3, requires_grad=True)
+    assert vjp([attn(x)], [x, unused], [cotangent])[1] is None, "an unused input gets None"

@@ -1,5 +1,3 @@
-import sys
+from ._cli import entry
 
-from ._cli import main
-
-sys.exit(main())
+entry()

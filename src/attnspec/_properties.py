@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from . import _tolerance as tol
+from ._execute import vjp
 from ._reference import WEIGHT_KEYS, reference_attention
 from ._spec import AttentionSpec
 from ._subject import dtype_from_name
@@ -464,9 +465,10 @@ def _reference_grads(x: Tensor, weights: Mapping[str, Tensor], cotangent: Tensor
         xs = x.to(device=ex.device, dtype=dtype).requires_grad_(True)
         leaves = {k: v.requires_grad_(True) for k, v in _cast(weights, dtype, ex.device).items()}
         out = _oracle(xs, leaves, ex)
-        grads = torch.autograd.grad(out, [xs, *leaves.values()],
-                                    cotangent.to(device=ex.device, dtype=dtype))
-    return grads[0].cpu(), {k: g.cpu() for k, g in zip(leaves, grads[1:], strict=True)}
+        grads = vjp([out], [xs, *leaves.values()], [cotangent.to(device=ex.device, dtype=dtype)])
+    x_grad, *weight_grads = (torch.zeros_like(v) if g is None else g  # unused: zero gradient
+                             for v, g in zip([xs, *leaves.values()], grads, strict=True))
+    return x_grad.cpu(), {k: g.cpu() for k, g in zip(leaves, weight_grads, strict=True)}
 
 
 def check_oracle_grad(ctx: Context, ex: Example) -> Outcome:

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
-from beartype import beartype
 from jaxtyping import TypeCheckError, jaxtyped
 
 from ._errors import ShapeError
@@ -115,14 +114,23 @@ def shapechecked(fn: _F) -> _F:
     """
     if not TYPECHECK:
         return fn
-    # Resolve string annotations in fn's own module, for the explanation of a failure.
-    hints = typing.get_type_hints(fn, include_extras=True)
-    checked = jaxtyped(typechecker=beartype)(fn)
+    # Built at the first call: beartype's import and decoration cost ~0.3 s, which a process
+    # that only imports the reference (verify's runner) never needs to pay.
+    built: list[tuple[dict[str, Any], Callable[..., Any]]] = []
+
+    def build() -> tuple[dict[str, Any], Callable[..., Any]]:
+        from beartype import beartype
+
+        # Resolve string annotations in fn's own module, for the explanation of a failure.
+        built.append((typing.get_type_hints(fn, include_extras=True),
+                      jaxtyped(typechecker=beartype)(fn)))
+        return built[0]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
             return fn(*args, **kwargs)
+        hints, checked = built[0] if built else build()
         try:
             return checked(*args, **kwargs)
         except TypeCheckError as error:
