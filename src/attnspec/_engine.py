@@ -167,6 +167,13 @@ def _listed(variants: Mapping[str, Any], name: str) -> list[Any]:
     return [1] if values == "any" else list(values)
 
 
+_HOOK_SIGNATURES = {
+    "decode": "decode(module, x, cache, offset) -> (output, cache)",
+    "padded": "padded(module, x, key_mask) -> output",
+    "cross": "cross(module, x_q, x_kv) -> output, causal from CORNER",
+}
+
+
 class _Declined(Exception):
     """supports(spec) declined the example drawn: Hypothesis draws another."""
 
@@ -296,6 +303,12 @@ class Session:
         if spec.needs_window and not any(
                 w is not None for w in _listed(self.info.variants or {}, "window")):
             return "the subject's VARIANTS allow no window"
+        if spec.needs_hook is not None and not v2:
+            return (f"the subject speaks protocol 1: inference hooks ({spec.needs_hook} among "
+                    "them) are protocol 2's (docs/design.md, section 3)")
+        if spec.needs_hook is not None and spec.needs_hook not in self.info.hooks:
+            return (f"the subject defines no {spec.needs_hook} hook "
+                    f"({_HOOK_SIGNATURES[spec.needs_hook]}; docs/design.md, section 3)")
         if spec.invalid_configs and v2:
             return ("protocol v2 subjects are built only from valid AttentionSpecs, which "
                     "refuse C % H, H % n_kv_head and sizes below 1 themselves")

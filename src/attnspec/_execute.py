@@ -10,7 +10,7 @@ attnspec in its own process changes only its own outputs, never a verdict.
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,13 +132,58 @@ def _sendable(what: str, value: Tensor) -> Tensor:
     return value.detach().to("cpu")
 
 
-def _forward(module: torch.nn.Module, x: Tensor, grad: bool) -> Tensor:
+def _forward(module: torch.nn.Module, x: Tensor, grad: bool, state: Executed | None = None,
+             step: Mapping[str, Any] | None = None) -> Tensor:
+    """module(x); with a step's `mask`, the padded hook; with its `x_kv`, the cross hook."""
+    what = f"forward raised on input of shape {tuple(x.shape)}"
+    call: Callable[[], Any] = lambda: module(x)  # noqa: E731
+    if step is not None and state is not None and step.get("mask") is not None:
+        mask = step["mask"].to(device=x.device, dtype=torch.bool)
+        what = f"padded(module, x, key_mask) raised on x of shape {tuple(x.shape)}"
+        call = lambda: _hook(state, "padded")(module, x, mask)  # noqa: E731
+    elif step is not None and state is not None and step.get("x_kv") is not None:
+        x_kv = step["x_kv"].to(x.device)
+        what = (f"cross(module, x_q, x_kv) raised on x_q of shape {tuple(x.shape)}, x_kv of "
+                f"shape {tuple(x_kv.shape)}")
+        call = lambda: _hook(state, "cross")(module, x, x_kv)  # noqa: E731
+
     def run() -> Any:
         with torch.set_grad_enabled(grad):
-            return module(x)
+            return call()
 
-    out = _call(f"forward raised on input of shape {tuple(x.shape)}", run)
-    return _tensor_out(out, x)
+    return _tensor_out(_call(what, run), x)
+
+
+def _hook(state: Executed, name: str) -> Any:
+    hook = state.subject.hooks.get(name)
+    if hook is None:
+        raise RuntimeError(f"the runner asked for the {name} hook, which the subject lacks")
+    return hook
+
+
+def _decode(state: Executed, module: torch.nn.Module, x: Tensor, chunks: list[int]) -> Tensor:
+    """The decode hook over x, chunk by chunk, each against the cache the last one returned."""
+    hook, cache, offset, outs = _hook(state, "decode"), None, 0, []
+    B, _, C = x.shape
+    for size in chunks:
+        piece = x[:, offset:offset + size]
+        call = f"decode(module, x[:, {offset}:{offset + size}], cache, offset={offset})"
+
+        def run(piece: Tensor = piece, cache: Any = cache, offset: int = offset) -> Any:
+            with torch.no_grad():
+                return hook(module, piece, cache, offset)
+
+        result = _call(f"{call} raised", run)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise _Fault(f"{call} returned {type(result).__name__}, not (output, cache).")
+        out, cache = result
+        out = _tensor_out(out, piece)
+        if tuple(out.shape) != (B, size, C):
+            raise _Fault(f"{call} returned output of shape {tuple(out.shape)}, not "
+                         f"{(B, size, C)}.")
+        outs.append(out)
+        offset += size
+    return torch.cat(outs, dim=1)
 
 
 def _parameters(module: torch.nn.Module) -> list[tuple[str, Tensor]]:
@@ -186,9 +231,13 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     module = state.module
     if module is None:
         raise RuntimeError(f"step {op!r} before any build")
+    if op == "decode":
+        tokens: Tensor = step["x"].to(state.device)
+        out = _decode(state, module, tokens, [int(n) for n in step["chunks"]])
+        return {"out": _sendable("decode's output", out), "device": out.device.type}
     if op == "forward":
         x: Tensor = step["x"].to(state.device)
-        out = _forward(module, x, grad=False)
+        out = _forward(module, x, grad=False, state=state, step=step)
         result = {"out": _sendable("forward's output", out), "device": out.device.type}
         if step.get("keep_input"):
             result["input"] = x
@@ -196,7 +245,7 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     if op == "grad":
         x = step["x"].to(state.device).requires_grad_(True)
         params = _parameters(module) if step.get("params") else []
-        out = _forward(module, x, grad=True)
+        out = _forward(module, x, grad=True, state=state, step=step)
         sent = {"out": _sendable("forward's output", out), "device": out.device.type}
         if not out.requires_grad:
             return {**sent, "grad_x": None, "params": {}}

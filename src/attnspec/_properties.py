@@ -13,6 +13,7 @@ than one pair of identical calls.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from torch import Tensor
 
 from . import _tolerance as tol
 from ._execute import vjp
+from ._inference import corner_shift, decode_attention, padded_attention
 from ._reference import WEIGHT_KEYS, reference_attention
 from ._spec import AttentionSpec
 from ._subject import dtype_from_name
@@ -558,6 +560,293 @@ def check_device_agreement(ctx: Context, ex: Example) -> Outcome:
     return Outcome(PASS)
 
 
+# ---- inference paths: decode, padding, masked rows, the causal corner ---------------------
+
+
+def _rng(ex: Example, salt: int) -> random.Random:
+    """The example's own draws beyond its shape (replays repeat them: they follow the seed)."""
+    return random.Random(ex.seed * 7919 + salt)
+
+
+def _info(ctx: Context, name: str, default: str) -> str:
+    info = getattr(ctx.executor, "info", None)
+    return str(getattr(info, name, default))
+
+
+def _decode_plans(ex: Example) -> list[list[int]]:
+    """A prefill then up to 8 tokens one at a time, and chunks cut at up to 5 of the example's
+    cut points (more calls would cost time, not find more)."""
+    rng = _rng(ex, 11)
+    prefill = rng.randint(max(1, ex.T - 8), ex.T - 1)
+    plans = [[prefill] + [1] * (ex.T - prefill)]
+    cuts = _cuts(ex)
+    ends = sorted({t + 1 for t in rng.sample(cuts, min(5, len(cuts)))} | {ex.T})
+    chunks = [b - a for a, b in zip([0, *ends], ends, strict=False)]
+    if chunks not in plans:
+        plans.append(chunks)
+    return plans
+
+
+def _plan_text(plan: list[int]) -> str:
+    if len(plan) > 1 and all(n == 1 for n in plan[1:]):
+        return f"a prefill of {plan[0]} then {len(plan) - 1} tokens one at a time"
+    return f"chunks of {plan}"
+
+
+def check_decode(ctx: Context, ex: Example) -> Outcome:
+    """Decoding against the subject's own cache gives the full forward's outputs."""
+    if ex.T < 2:
+        return Outcome(PASS, notes=["T=1: nothing to decode after a prefill"])
+    x = _inputs(ex)
+    plans = _decode_plans(ex)
+    ctx.submit(ex, [{"op": "forward", "x": x},
+                    *({"op": "decode", "x": x, "chunks": plan} for plan in plans)])
+    weights = _reference_weights(ex)  # the reference's own decode discrepancy is the yardstick
+    spec = ex.attention
+    with torch.no_grad():
+        whole = spec_attention(x, weights_in(weights, x), spec)
+        yards = [tol.max_abs_diff(decode_attention(x, weights_in(weights, x), spec, plan),
+                                  whole)[0] for plan in plans]
+    full, *decoded = (r["out"] for r in ctx.collect())
+    _same_layout(full, ex.device, x, ex.device)
+    scale = float(full.abs().max()) if full.numel() else 1.0
+    for plan, out, yard in zip(plans, decoded, yards, strict=True):
+        if out.shape != full.shape:
+            raise SubjectFault(f"decode gave outputs of shape {tuple(out.shape)} in all, the "
+                               f"full forward {tuple(full.shape)}.")
+        err, index = tol.max_abs_diff(out, full)
+        allowed = tol.allowed(yard, ex.dtype, scale)
+        if err > allowed:
+            per_position = (out.double() - full.double()).abs().nan_to_num(nan=float("inf"))
+            bad = (per_position.amax(dim=(0, 2)) > allowed).nonzero()
+            first = int(bad[0]) if bad.numel() else -1
+            return _fail(f"decoding with {_plan_text(plan)} differs from the full forward by "
+                         f"{err:.3g} (allowed {allowed:.3g}, {tol.K:g} x the reference's own "
+                         f"decode discrepancy + floor){_at(index)}; the first position off is "
+                         f"{first}: the cache or the position offset is wrong there.",
+                         err, allowed, index)
+    return Outcome(PASS)
+
+
+def weights_in(weights: Mapping[str, Tensor], x: Tensor) -> dict[str, Tensor]:
+    return {k: v.to(device=x.device, dtype=x.dtype) for k, v in weights.items()}
+
+
+def _padding(ex: Example, salt: int, *, need_padded: bool = True) -> list[int]:
+    """Real lengths per row, 1..T, at least one row padded where T > 1."""
+    rng = _rng(ex, salt)
+    lengths = [rng.randint(1, ex.T) for _ in range(ex.B)]
+    if need_padded and ex.T > 1 and all(n == ex.T for n in lengths):
+        lengths[rng.randrange(ex.B)] = rng.randint(1, ex.T - 1)
+    return lengths
+
+
+def _layout(real: Tensor, lengths: list[int], side: str, fill: Tensor,
+            ) -> tuple[Tensor, Tensor]:
+    """Rows of `real`'s first L tokens, padded on `side` with `fill`'s values; and the mask."""
+    B, T = real.shape[:2]
+    x, mask = fill.clone(), torch.zeros(B, T, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        where = slice(T - n, T) if side == "left" else slice(0, n)
+        x[b, where] = real[b, :n]
+        mask[b, where] = True
+    return x, mask
+
+
+_FILLS = ("random", "large", "nan", "inf")
+
+
+def _fill(ex: Example, kind: str, salt: int) -> Tensor:
+    base = _inputs(ex, salt=salt)
+    if kind == "large":
+        return base * 1e4
+    if kind == "nan":
+        return torch.full_like(base, float("nan"))
+    if kind == "inf":
+        return torch.where(base > 0, float("inf"), float("-inf")).to(base.dtype)
+    return base
+
+
+def _real_rows(out: Tensor, lengths: list[int], side: str) -> list[Tensor]:
+    T = out.size(1)
+    return [out[b, T - n:] if side == "left" else out[b, :n] for b, n in enumerate(lengths)]
+
+
+def _worst(a: list[Tensor], b: list[Tensor]) -> tuple[float, tuple[int, ...] | None]:
+    worst: tuple[float, tuple[int, ...] | None] = (0.0, None)
+    for row, (x, y) in enumerate(zip(a, b, strict=True)):
+        err, index = tol.max_abs_diff(x, y)
+        if err > worst[0]:
+            worst = (err, None if index is None else (row, *index))
+    return worst
+
+
+def check_padding_invariance(ctx: Context, ex: Example) -> Outcome:
+    """Real tokens' outputs ignore what padding holds, and which side it is on."""
+    if ex.T < 2:
+        return Outcome(PASS, notes=["T=1: no room for padding"])
+    rng = _rng(ex, 12)
+    lengths, side = _padding(ex, 13), rng.choice(("left", "right"))
+    other_side, kind = ("right" if side == "left" else "left"), rng.choice(_FILLS)
+    real = _inputs(ex)
+    xa, mask = _layout(real, lengths, side, _fill(ex, "random", 6000))
+    xb, _ = _layout(real, lengths, side, _fill(ex, kind, 6001))
+    xo, mask_o = _layout(real, lengths, other_side, _fill(ex, "random", 6002))
+    steps = [{"op": "forward", "x": xa, "mask": mask}, {"op": "forward", "x": xb, "mask": mask},
+             {"op": "forward", "x": xo, "mask": mask_o}]
+    ctx.submit(ex, steps)
+    weights = _reference_weights(ex)
+    with torch.no_grad():  # the reference's own discrepancy between the two sides
+        ref = padded_attention(xa, weights_in(weights, xa), ex.attention, mask)
+        ref_o = padded_attention(xo, weights_in(weights, xo), ex.attention, mask_o)
+        yard = _worst(_real_rows(ref, lengths, side), _real_rows(ref_o, lengths, other_side))[0]
+    outs = ctx.collect_forwards(ex, [xa, xb, xo])
+    a, b = _real_rows(outs[0], lengths, side), _real_rows(outs[1], lengths, side)
+    where = f"{side}-padded, real lengths {lengths} of T={ex.T}"
+    err, index = _worst(b, a)
+    if err > 0:
+        again = ctx.forwards_of(ex, [xa, xb])  # jitter: the same two calls again
+        again_b = _real_rows(again[1], lengths, side)
+        allowed = tol.K * max(_worst(_real_rows(again[0], lengths, side), a)[0],
+                              _worst(again_b, b)[0])
+        if err > allowed:
+            return _fail(f"the real tokens' outputs changed by {err:.3g} (allowed {allowed:.3g},"
+                         f" the subject's own jitter x{tol.K:g}) when the padding held {kind} "
+                         f"values instead of other random ones ({where}){_at(index)}: padding "
+                         "must never reach a real token.", err, allowed, index)
+    o = _real_rows(outs[2], lengths, other_side)
+    err, index = _worst(o, a)
+    scale = max((float(t.abs().max()) for t in a if t.numel()), default=1.0)
+    allowed = tol.allowed(yard, ex.dtype, scale)
+    if err > allowed:
+        return _fail(f"the real tokens' outputs {side}-padded and {other_side}-padded differ by "
+                     f"{err:.3g} (allowed {allowed:.3g}, {tol.K:g} x the reference's own "
+                     f"discrepancy + floor; real lengths {lengths} of T={ex.T}){_at(index)}: "
+                     "positions must count real tokens, whichever side the padding is on.",
+                     err, allowed, index)
+    return Outcome(PASS)
+
+
+def check_masked_rows(ctx: Context, ex: Example) -> Outcome:
+    """A query that sees no key (left padding's padded queries) gives finite outputs and
+    finite gradients; by default (MASKED_ROWS = "zero") outputs that no input moves and zero
+    gradients from those rows."""
+    if ex.T < 2:
+        return Outcome(PASS, notes=["T=1: no room for padding"])
+    zero = _info(ctx, "masked_rows", "zero") == "zero"
+    lengths = _padding(ex, 14)
+    x1, mask = _layout(_inputs(ex), lengths, "left", _fill(ex, "random", 6100))
+    x2, _ = _layout(_inputs(ex, salt=6101), lengths, "left", _fill(ex, "random", 6102))
+    masked = ~mask  # left padding: a padded query sees only padded keys
+    only_masked = _inputs(ex, salt=6103) * masked[..., None].to(x1.dtype)
+    everywhere = _inputs(ex, salt=6104)
+    out1, out2, masked_grad, all_grad = ctx.request(ex, [
+        {"op": "forward", "x": x1, "mask": mask}, {"op": "forward", "x": x2, "mask": mask},
+        {"op": "grad", "x": x1, "mask": mask, "cotangent": only_masked, "params": True},
+        {"op": "grad", "x": x1, "mask": mask, "cotangent": everywhere, "params": True}])
+    where = f"left-padded, real lengths {lengths} of T={ex.T}: queries 0..T-L-1 see no key"
+    for out in (out1["out"], out2["out"]):
+        rows = out[masked]
+        if not bool(rows.isfinite().all()):
+            bad = int((~rows.isfinite()).sum())
+            return _fail(f"{bad} of the output values of queries that see no key are not finite "
+                         f"({where}): a fully masked row must not give NaN.")
+    for name, result in (("from the rows that see no key", masked_grad),
+                         ("from every row", all_grad)):
+        grads = [("d/d(input)", result["grad_x"]), *(
+            (f"d/d({n})", g) for n, g in result["params"].items())]
+        for what, g in grads:
+            if g is not None and not bool(g.isfinite().all()):
+                return _fail(f"the gradient {what} {name} is not finite ({where}): a fully "
+                             "masked row's backward must not give NaN.")
+    if not zero:
+        return Outcome(PASS)
+    err, index = tol.max_abs_diff(out2["out"][masked], out1["out"][masked])
+    if err > 0:
+        again = ctx.request(ex, [{"op": "forward", "x": x1, "mask": mask}])[0]["out"]
+        allowed = tol.K * tol.max_abs_diff(again, out1["out"])[0]
+        if err > allowed:
+            return _fail(f"outputs of queries that see no key moved by {err:.3g} (allowed "
+                         f"{allowed:.3g}) when the real tokens changed ({where}): with "
+                         "MASKED_ROWS = 'zero' their attention output is zero, whatever the "
+                         "input (declare MASKED_ROWS = 'finite' if they attend elsewhere).",
+                         err, allowed)
+    grad_x = masked_grad["grad_x"]
+    if grad_x is not None:
+        err, index = tol.max_abs_diff(grad_x, torch.zeros_like(grad_x))
+        if err > 0:
+            return _fail(f"the outputs of queries that see no key have a gradient of up to "
+                         f"{err:.3g} with respect to the input{_at(index)} ({where}): with "
+                         "MASKED_ROWS = 'zero' it must be exactly zero.", err, 0.0, index)
+    return Outcome(PASS)
+
+
+def _corner_lengths(ex: Example) -> int:
+    """Tq for the causal corner: 1..T + 8, never T (Tk = T)."""
+    options = [n for n in range(1, ex.T + 9) if n != ex.T]
+    return _rng(ex, 15).choice(options)
+
+
+def check_causal_corner(ctx: Context, ex: Example) -> Outcome:
+    """With Tq != Tk, query i sees key j iff j <= i + shift (shift = Tk - Tq at the bottom
+    right, 0 at the top left): keys past that must not move row i, and the key on it must."""
+    corner = _info(ctx, "corner", "bottom_right")
+    Tk, Tq = ex.T, _corner_lengths(ex)
+    shift = corner_shift(corner, Tq, Tk)
+    x_q, x_kv = _inputs(ex, salt=7000, shape=(ex.B, Tq, ex.C)), _inputs(ex)
+    rng = _rng(ex, 16)
+    # Rows with a key past their diagonal, and rows whose diagonal key exists.
+    hidden_rows = [i for i in range(Tq) if -1 <= i + shift < Tk - 1]
+    seen_rows = [i for i in range(Tq) if 0 <= i + shift < Tk]
+    hidden = sorted({*rng.sample(hidden_rows, min(2, len(hidden_rows))),
+                     *(hidden_rows[-1:] if hidden_rows else [])})
+    seen = sorted({*rng.sample(seen_rows, min(2, len(seen_rows))), *seen_rows[-1:]})
+    changed, plan = [], []
+    for n, i in enumerate(hidden):
+        xt = x_kv.clone()
+        xt[:, i + shift + 1:] = _inputs(ex, salt=7100 + n)[:, i + shift + 1:] * 4
+        changed.append(xt)
+        plan.append(("hidden", i))
+    for n, i in enumerate(seen):
+        xt = x_kv.clone()
+        xt[:, i + shift] = _inputs(ex, salt=7200 + n)[:, i + shift] * 4
+        changed.append(xt)
+        plan.append(("seen", i))
+    if not plan:
+        return Outcome(PASS, notes=["no query row has a key on or past its diagonal"])
+    k = len(plan)
+    queries, same, moved = torch.cat([x_q] * k), torch.cat([x_kv] * k), torch.cat(changed)
+    steps = [{"op": "forward", "x": queries, "x_kv": same},
+             {"op": "forward", "x": queries, "x_kv": moved}] * 2
+    base1, moved1, base2, moved2 = (r["out"] for r in ctx.request(ex, steps))
+    _same_layout(base1, ex.device, queries, ex.device)
+    allowed = tol.K * _jitter((base1, base2), (moved1, moved2))
+    name = corner.replace("_", "-")
+    for n, (kind, i) in enumerate(plan):
+        rows = slice(n * ex.B, (n + 1) * ex.B)
+        diagonal = i + shift
+        if kind == "hidden":
+            err, index = tol.max_abs_diff(moved1[rows, :i + 1], base1[rows, :i + 1])
+            if err > allowed:
+                return _fail(f"with Tq={Tq} queries on Tk={Tk} keys ({name} corner: query i "
+                             f"sees keys j <= i{shift:+d}), changing keys {diagonal + 1}.."
+                             f"{Tk - 1} moved query {i}'s output or an earlier one by {err:.3g} "
+                             f"(allowed "
+                             f"{allowed:.3g}){_at(index)}: those keys are past its diagonal.",
+                             err, allowed, index)
+        else:
+            window = ex.attention.window
+            last = Tq if window is None else min(Tq, i + window)
+            err, index = tol.max_abs_diff(moved1[rows, i:last], base1[rows, i:last])
+            if not err > allowed:
+                return _fail(f"with Tq={Tq} queries on Tk={Tk} keys ({name} corner: query i "
+                             f"sees keys j <= i{shift:+d}), changing key {diagonal} moved "
+                             f"queries {i}..{last - 1} by only {err:.3g} (allowed jitter "
+                             f"{allowed:.3g}), yet query {i} must see it: is the other corner "
+                             "implemented?")
+    return Outcome(PASS)
+
+
 # ---- the table -------------------------------------------------------------------------------
 
 
@@ -613,6 +902,7 @@ class Property:
     invalid_configs: bool = False  # draws configurations that build must refuse
     scaled_inputs: bool = False  # draws input scales beyond 1
     needs_window: bool = False  # draws only specs with a window (protocol v2 subjects)
+    needs_hook: str | None = None  # a protocol v2 inference hook: decode, padded or cross
 
 
 PROPERTIES: tuple[Property, ...] = (
@@ -630,6 +920,10 @@ PROPERTIES: tuple[Property, ...] = (
     Property("grad_causality", check_grad_causality, uses_cuts=True),
     Property("device_agreement", check_device_agreement, needs_cuda=True),
     Property("window", check_window, uses_cuts=True, needs_window=True),
+    Property("decode", check_decode, uses_cuts=True, needs_hook="decode"),
+    Property("padding_invariance", check_padding_invariance, needs_hook="padded"),
+    Property("masked_rows", check_masked_rows, needs_hook="padded"),
+    Property("causal_corner", check_causal_corner, needs_hook="cross"),
 )
 PROPERTY_IDS: tuple[str, ...] = tuple(p.id for p in PROPERTIES)
 BY_ID: dict[str, Property] = {p.id: p for p in PROPERTIES}

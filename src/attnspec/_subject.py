@@ -14,7 +14,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -59,6 +59,13 @@ class Subject:
     origin: str
     protocol: int = 1
     variants: dict[str, Any] | None = None  # v2's VARIANTS, in JSON form (parse_variants)
+    hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)  # v2: decode, padded, cross
+    corner: str = "bottom_right"  # v2: CORNER, where cross's causal diagonal sits
+    masked_rows: str = "zero"  # v2: MASKED_ROWS, what a query with no visible key gives
+
+
+HOOKS = ("decode", "padded", "cross")
+"""Protocol v2's optional inference hooks (docs/design.md): each turns on its properties."""
 
 
 def split_target(target: str) -> tuple[str, str | None]:
@@ -174,6 +181,27 @@ def protocol_of(obj: Any, target: str) -> tuple[int, dict[str, Any] | None]:
         raise TargetError(f"TARGET {target}: {error}") from None
 
 
+def _hooks(obj: Any, target: str, protocol: int,
+           ) -> tuple[dict[str, Callable[..., Any]], str, str]:
+    """A v2 subject's inference hooks, CORNER and MASKED_ROWS, checked; v1 has none."""
+    from ._inference import CORNERS, MASKED_ROWS
+
+    found = {name: _optional(obj, name, target) for name in HOOKS}
+    hooks = {name: hook for name, hook in found.items() if hook is not None}
+    if hooks and protocol != 2:
+        raise TargetError(f"TARGET {target!r} defines {', '.join(hooks)}, which are protocol 2 "
+                          "hooks: set PROTOCOL = 2 and build(spec).")
+    values = []
+    for attr, default, allowed in (("CORNER", "bottom_right", CORNERS),
+                                   ("MASKED_ROWS", "zero", MASKED_ROWS)):
+        value = getattr(obj, attr, default)
+        if value not in allowed:
+            raise TargetError(f"TARGET {target!r}: {attr} = {value!r}; it must be one of "
+                              f"{', '.join(map(repr, allowed))}.")
+        values.append(str(value))
+    return hooks, values[0], values[1]
+
+
 def load_subject(target: str) -> Subject:
     """Import TARGET and check that it provides the protocol; `TargetError` says what is wrong."""
     if not isinstance(target, str) or not target.strip():
@@ -219,7 +247,9 @@ def load_subject(target: str) -> Subject:
             raise TargetError(f"TARGET {target!r}: DTYPES lists {', '.join(unknown)}; attnspec "
                               f"checks {', '.join(DTYPE_NAMES)}.")
     name = getattr(obj, "__name__", None) or type(obj).__name__
-    return Subject(target=target, name=str(name), build=build,
+    hooks, corner, masked_rows = _hooks(obj, target, protocol)
+    return Subject(hooks=hooks, corner=corner, masked_rows=masked_rows, target=target,
+                   name=str(name), build=build,
                    export_weights=_optional(obj, "export_weights", target),
                    supports=_optional(obj, "supports", target), dtypes=dtypes,
                    origin=str(origin), protocol=protocol, variants=variants)

@@ -20,7 +20,7 @@ from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
 from ._trace import ShapeTrace
 from ._typecheck import TYPECHECK, shapechecked
 
-__all__ = ["SpecAttention", "spec_attention", "visible"]
+__all__ = ["SpecAttention", "spec_attention", "turn", "visible"]
 
 
 def heads_of(
@@ -40,7 +40,13 @@ def rotate(
     exact = torch.float64 if t.dtype == torch.float64 else torch.float32
     freq = rope.theta ** (-torch.arange(0, rot, 2, dtype=exact, device=t.device) / rot)
     angle = torch.arange(offset, offset + T, dtype=exact, device=t.device)[:, None] * freq
-    cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)  # (T, rot / 2)
+    return turn(t, rope, angle)
+
+
+def turn(t: Tensor, rope: RoPE, angle: Tensor) -> Tensor:
+    """Turn t's rotary channels by `angle` (positions x frequencies, broadcast to t's)."""
+    rot = rope.rotary_dim(t.size(-1))
+    cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)
     moved, kept = t[..., :rot], t[..., rot:]
     if rope.interleaved:  # pairs (0, 1), (2, 3), ...
         a, b = moved[..., 0::2], moved[..., 1::2]
@@ -178,6 +184,27 @@ class SpecAttention(nn.Module):
         kept: list[Tensor] = []
         _pipeline(x, self.export_weights(), self.spec, 0, kept)
         return kept[0]
+
+    def decode(self, x: Tensor, cache: tuple[Tensor, Tensor] | None, offset: int,
+               ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """Tokens at positions offset, offset + 1, ... against the cache of the earlier ones
+        (None at offset 0): their outputs (B, t, C) and the cache grown by them."""
+        from ._inference import decode_step
+
+        return decode_step(x, self.export_weights(), self.spec, cache, offset)
+
+    def padded(self, x: Tensor, key_mask: Tensor) -> Tensor:
+        """Forward on a padded batch: key_mask (B, T) is True at real tokens (contiguous, on
+        either side); padding is never read, positions count real tokens."""
+        from ._inference import padded_attention
+
+        return padded_attention(x, self.export_weights(), self.spec, key_mask)
+
+    def cross(self, x_q: Tensor, x_kv: Tensor, corner: str = "bottom_right") -> Tensor:
+        """Tq queries from x_q on Tk keys and values from x_kv, causal from `corner`."""
+        from ._inference import cross_attention
+
+        return cross_attention(x_q, x_kv, self.export_weights(), self.spec, corner)
 
     def export_weights(self) -> dict[str, Tensor]:
         """The projections in protocol v2's layout; the parameters themselves."""

@@ -63,6 +63,9 @@ class SubjectInfo:
     cuda: bool
     protocol: int = 1
     variants: dict[str, Any] | None = None  # protocol v2: what the subject lets vary
+    hooks: tuple[str, ...] = ()  # protocol v2's inference hooks it defines
+    corner: str = "bottom_right"
+    masked_rows: str = "zero"
 
     @classmethod
     def of(cls, subject: Subject, sizes: tuple[int, int] = (MAX_HEADS, MAX_HEAD_DIM),
@@ -79,7 +82,9 @@ class SubjectInfo:
         return cls(name=subject.name, origin=subject.origin,
                    has_export=subject.export_weights is not None, dtypes=subject.dtypes,
                    supported=supported, cuda=torch.cuda.is_available(),
-                   protocol=subject.protocol, variants=subject.variants)
+                   protocol=subject.protocol, variants=subject.variants,
+                   hooks=tuple(subject.hooks), corner=subject.corner,
+                   masked_rows=subject.masked_rows)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SubjectInfo:
@@ -90,7 +95,10 @@ class SubjectInfo:
                    supported=None if supported is None else tuple(
                        (int(c), int(h)) for c, h in supported),
                    cuda=bool(data["cuda"]), protocol=int(data.get("protocol", 1)),
-                   variants=data.get("variants"))
+                   variants=data.get("variants"),
+                   hooks=tuple(str(h) for h in data.get("hooks", ())),
+                   corner=str(data.get("corner", "bottom_right")),
+                   masked_rows=str(data.get("masked_rows", "zero")))
 
 
 class Executor(Protocol):
@@ -400,7 +408,7 @@ class InProcess:
 def _subject_from_object(obj: Any) -> Subject:
     import torch
 
-    from ._subject import dtype_name, protocol_of
+    from ._subject import _hooks, dtype_name, protocol_of
 
     build = getattr(obj, "build", None) or (obj if callable(obj) else None)
     if build is None or not callable(build):
@@ -410,7 +418,9 @@ def _subject_from_object(obj: Any) -> Subject:
               if declared is not None else None)
     name = getattr(obj, "__name__", type(obj).__name__)
     protocol, variants = protocol_of(obj, str(name))
-    return Subject(target=str(name), name=str(name), build=build,
+    hooks, corner, masked_rows = _hooks(obj, str(name), protocol)
+    return Subject(target=str(name), name=str(name), build=build, hooks=hooks, corner=corner,
+                   masked_rows=masked_rows,
                    export_weights=getattr(obj, "export_weights", None),
                    supports=getattr(obj, "supports", None), dtypes=dtypes,
                    origin=str(getattr(obj, "__file__", name)), protocol=protocol,

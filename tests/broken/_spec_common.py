@@ -1,7 +1,8 @@
 """Correct protocol v2 attention for the catalogue's variant bugs (not a subject).
 
 Written independently of attnspec's reference, one overridable method per rule, so each broken
-subject overrides only its bug: key/value head sharing, the window, RoPE, the scale, ALiBi.
+subject overrides only its bug: key/value head sharing, the window, RoPE, the scale, ALiBi, and
+the inference hooks (a cache, key padding, queries fewer than keys, fully masked rows).
 """
 
 from __future__ import annotations
@@ -37,11 +38,17 @@ class SpecAttn(nn.Module):
         seen = j <= i
         return seen if self.spec.window is None else seen & (j > i - self.spec.window)
 
-    def rotate(self, t: Tensor, rope: RoPE) -> Tensor:
-        T, D = t.shape[-2:]
+    def rotate(self, t: Tensor, rope: RoPE, start: int = 0) -> Tensor:
+        T = t.shape[-2]
+        return self.rotate_at(t, rope, torch.arange(start, start + T)[None, :])
+
+    def rotate_at(self, t: Tensor, rope: RoPE, pos: Tensor) -> Tensor:
+        """pos (B or 1, T): each row's own positions."""
+        D = t.shape[-1]
         rot = int(D * rope.fraction)
-        inv = 1.0 / rope.theta ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot)
-        ang = torch.outer(torch.arange(T, dtype=torch.float32), inv).to(t.device)
+        exact = torch.float64 if t.dtype == torch.float64 else torch.float32
+        inv = 1.0 / rope.theta ** (torch.arange(0, rot, 2, dtype=exact) / rot)
+        ang = (pos.to(exact)[..., None] * inv)[:, None].to(t.device)  # (B, 1, T, rot / 2)
         cos, sin = ang.cos().to(t.dtype), ang.sin().to(t.dtype)
         x, rest = t[..., :rot], t[..., rot:]
         if rope.interleaved:
@@ -86,6 +93,106 @@ class SpecAttn(nn.Module):
         scores = scores.masked_fill(~self.allowed(T, x.device), float("-inf"))
         y = torch.softmax(scores, dim=-1) @ v
         return self.o(y.transpose(1, 2).reshape(B, T, H * D))
+
+
+    # ---- the inference hooks ---------------------------------------------------------------
+
+    def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        B, T, _ = x.shape
+        s = self.spec
+        return (self.q(x).view(B, T, s.n_head, s.D).transpose(1, 2),
+                self.k(x).view(B, T, s.G, s.D).transpose(1, 2),
+                self.v(x).view(B, T, s.G, s.D).transpose(1, 2))
+
+    def masked_softmax(self, scores: Tensor, seen: Tensor) -> Tensor:
+        """Softmax over the keys seen; a row that sees none gets zero weights."""
+        scores = scores.masked_fill(~seen, float("-inf"))
+        some = seen.any(dim=-1, keepdim=True)
+        return torch.softmax(scores.masked_fill(~some, 0.0), dim=-1) * some
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, qi: Tensor, kj: Tensor, qpos: Tensor,
+               kpos: Tensor, keep: Tensor | None) -> Tensor:
+        """q (B, H, Tq, D) on k, v (B, G, Tk, D); qi/kj the indices that decide visibility,
+        qpos/kpos (B or 1, T) the positions ALiBi measures; keep (B, Tk) the real keys."""
+        s = self.spec
+        B, H, Tq, D = q.shape
+        k, v = self.share_kv(k), self.share_kv(v)
+        scores = q @ k.transpose(-2, -1) * self.scale()
+        if s.softcap is not None:
+            scores = s.softcap * torch.tanh(scores / s.softcap)
+        if isinstance(s.positions, ALiBi):
+            slope = torch.tensor(self.slopes(H), dtype=scores.dtype, device=q.device)
+            dist = (qpos[:, None, :, None] - kpos[:, None, None, :]).to(scores.dtype)
+            scores = scores - slope[None, :, None, None] * dist
+        seen = kj[None, :] <= qi[:, None]
+        if s.window is not None:
+            seen = seen & (kj[None, :] > qi[:, None] - s.window)
+        seen = seen[None, None] if keep is None else seen[None, None] & keep[:, None, None]
+        y = self.masked_softmax(scores, seen) @ v
+        return self.o(y.transpose(1, 2).reshape(B, Tq, H * D))
+
+    def decode_positions(self, offset: int, t: int) -> Tensor:
+        return torch.arange(offset, offset + t)
+
+    def append(self, cache: tuple[Tensor, Tensor] | None, k: Tensor, v: Tensor,
+               ) -> tuple[Tensor, Tensor]:
+        if cache is None:
+            return k, v
+        return torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
+
+    def decode(self, x: Tensor, cache: tuple[Tensor, Tensor] | None, offset: int,
+               ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        q, k, v = self.heads(x)
+        qi = self.decode_positions(offset, x.shape[1]).to(x.device)
+        if isinstance(self.spec.positions, RoPE):
+            q = self.rotate_at(q, self.spec.positions, qi[None])
+            k = self.rotate_at(k, self.spec.positions, qi[None])
+        k, v = self.append(cache, k, v)
+        kj = torch.arange(k.shape[2], device=x.device)
+        qi = torch.arange(offset, offset + x.shape[1], device=x.device)
+        return self.attend(q, k, v, qi, kj, qi[None], kj[None], None), (k, v)
+
+    def padded_input(self, x: Tensor, keep: Tensor) -> Tensor:
+        return x.masked_fill(~keep[..., None], 0.0)  # padding is never read
+
+    def padded(self, x: Tensor, keep: Tensor) -> Tensor:
+        x = self.padded_input(x, keep)
+        q, k, v = self.heads(x)
+        pos = (keep.long().cumsum(1) - 1).clamp(min=0)
+        if isinstance(self.spec.positions, RoPE):
+            q = self.rotate_at(q, self.spec.positions, pos)
+            k = self.rotate_at(k, self.spec.positions, pos)
+        idx = torch.arange(x.shape[1], device=x.device)
+        return self.attend(q, k, v, idx, idx, pos, pos, keep)
+
+    def corner_shift(self, Tq: int, Tk: int) -> int:
+        return Tk - Tq  # bottom-right: the last query sits on the last key
+
+    def cross(self, x_q: Tensor, x_kv: Tensor) -> Tensor:
+        q, _, _ = self.heads(x_q)
+        _, k, v = self.heads(x_kv)
+        Tq, Tk = x_q.shape[1], x_kv.shape[1]
+        qi = torch.arange(Tq, device=x_q.device) + self.corner_shift(Tq, Tk)
+        kj = torch.arange(Tk, device=x_q.device)
+        if isinstance(self.spec.positions, RoPE):
+            q = self.rotate_at(q, self.spec.positions, qi[None])
+            k = self.rotate_at(k, self.spec.positions, kj[None])
+        return self.attend(q, k, v, qi, kj, qi[None], kj[None], None)
+
+
+CORNER = "bottom_right"
+
+
+def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
+    return module.decode(x, cache, offset)  # type: ignore[operator, no-any-return]
+
+
+def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
+    return module.padded(x, key_mask)  # type: ignore[operator, no-any-return]
+
+
+def cross(module: nn.Module, x_q: Tensor, x_kv: Tensor) -> Tensor:
+    return module.cross(x_q, x_kv)  # type: ignore[operator, no-any-return]
 
 
 def export_weights(module: nn.Module) -> dict[str, Tensor]:

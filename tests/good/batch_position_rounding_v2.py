@@ -31,3 +31,23 @@ def build(spec: AttentionSpec) -> PositionRoundingV2:
 def export_weights(module: nn.Module) -> dict[str, Tensor]:
     assert isinstance(module, PositionRoundingV2)
     return module.inner.export_weights()
+
+
+# The inference hooks, rounded the same way: their exact comparisons must hold under it too.
+CORNER = "bottom_right"
+
+
+def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
+    assert isinstance(module, PositionRoundingV2)
+    out, cache = module.inner.decode(x, cache, offset)  # type: ignore[arg-type]
+    return nudge_by_position(out), cache
+
+
+def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
+    assert isinstance(module, PositionRoundingV2)
+    return nudge_by_position(module.inner.padded(x, key_mask))
+
+
+def cross(module: nn.Module, x_q: Tensor, x_kv: Tensor) -> Tensor:
+    assert isinstance(module, PositionRoundingV2)
+    return nudge_by_position(module.inner.cross(x_q, x_kv, CORNER))

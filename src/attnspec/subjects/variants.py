@@ -1,5 +1,6 @@
 """The reference for every attention spec (protocol v2): GQA/MQA, head sizes of their own,
-sliding windows, scales, soft caps, RoPE and ALiBi. It must pass everything."""
+sliding windows, scales, soft caps, RoPE and ALiBi, and every inference hook (a cache, key
+padding, queries fewer than keys). It must pass everything."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from .._variants import SpecAttention
 PROTOCOL = 2
 VARIANTS = {name: "any" for name in ("n_kv_head", "head_dim", "window", "scale", "softcap",
                                      "positions", "bias")}
+CORNER = "bottom_right"
+MASKED_ROWS = "zero"
 
 
 def build(spec: AttentionSpec) -> nn.Module:
@@ -22,3 +25,18 @@ def build(spec: AttentionSpec) -> nn.Module:
 def export_weights(module: nn.Module) -> Mapping[str, Tensor]:
     assert isinstance(module, SpecAttention)
     return module.export_weights()
+
+
+def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
+    assert isinstance(module, SpecAttention)
+    return module.decode(x, cache, offset)  # type: ignore[arg-type]
+
+
+def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
+    assert isinstance(module, SpecAttention)
+    return module.padded(x, key_mask)
+
+
+def cross(module: nn.Module, x_q: Tensor, x_kv: Tensor) -> Tensor:
+    assert isinstance(module, SpecAttention)
+    return module.cross(x_q, x_kv, CORNER)

@@ -1,0 +1,168 @@
+"""The reference on inference paths: a cache, key padding, queries and keys of their own lengths.
+
+One core serves them all. Query i (index `q_index[i]`) may see key j iff
+`k_index[j] <= q_index[i]` (the causal corner is in the indices), inside the window, and
+`key_mask[b, j]`. Positions (RoPE's angles, ALiBi's distances) are per row: with padding they
+count the real tokens, so a left-padded row and the same tokens unpadded mean the same thing.
+A query that sees no key gets a zero attention output (so the output projection's bias), and
+zero gradients, never NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from ._reference import merge_heads
+from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
+from ._variants import heads_of, repeat_kv, turn
+
+__all__ = ["CORNERS", "MASKED_ROWS", "Corner", "KVCache", "attend_at", "corner_shift",
+           "cross_attention", "decode_attention", "padded_attention", "padding_positions"]
+
+Corner = Literal["bottom_right", "top_left"]
+CORNERS: tuple[str, ...] = ("bottom_right", "top_left")
+"""Where causal attention's diagonal sits when queries are fewer (or more) than keys."""
+MASKED_ROWS: tuple[str, ...] = ("zero", "finite")
+"""What a query with no visible key gives: a zero attention output (so the output projection's
+bias), or anything finite (some kernels attend to every key instead, as HF's SDPA path does)."""
+
+KVCache = tuple[Tensor, Tensor]
+"""The reference's cache: keys (rotated) and values so far, each (B, G, T so far, D)."""
+
+
+def corner_shift(corner: str, n_queries: int, n_keys: int) -> int:
+    """Index of query 0 on the key axis: Tk - Tq at the bottom right, 0 at the top left."""
+    return n_keys - n_queries if corner == "bottom_right" else 0
+
+
+def rotate_at(t: Float[Tensor, "B N T D"], rope: RoPE, pos: Int[Tensor, "B T"],
+              ) -> Float[Tensor, "B N T D"]:
+    """RoPE with each row's own positions (padding shifts them)."""
+    rot = rope.rotary_dim(t.size(-1))
+    exact = torch.float64 if t.dtype == torch.float64 else torch.float32
+    freq = rope.theta ** (-torch.arange(0, rot, 2, dtype=exact, device=t.device) / rot)
+    angle = pos.to(device=t.device, dtype=exact)[:, None, :, None] * freq  # (B, 1, T, rot / 2)
+    return turn(t, rope, angle)
+
+
+def _project(x: Tensor, weights: Mapping[str, Tensor], name: str, heads: int, D: int) -> Tensor:
+    return heads_of(F.linear(x, weights[f"{name}_weight"], weights.get(f"{name}_bias")), heads, D)
+
+
+def _core(q: Float[Tensor, "B H Tq D"], k: Float[Tensor, "B G Tk D"],
+          v: Float[Tensor, "B G Tk D"], spec: AttentionSpec, q_index: Int[Tensor, " Tq"],
+          k_index: Int[Tensor, " Tk"], q_pos: Int[Tensor, "B Tq"], k_pos: Int[Tensor, "B Tk"],
+          key_mask: Bool[Tensor, "B Tk"] | None) -> Float[Tensor, "B H Tq D"]:
+    """Attention of rotated queries on rotated keys: scores, mask, softmax, values."""
+    H = q.size(1)
+    k, v = repeat_kv(k, H), repeat_kv(v, H)
+    scores = (q @ k.transpose(-2, -1)) * spec.attn_scale
+    if spec.softcap is not None:
+        scores = spec.softcap * torch.tanh(scores / spec.softcap)
+    if isinstance(spec.positions, ALiBi):
+        slopes = torch.tensor(alibi_slopes(H), dtype=scores.dtype, device=q.device)
+        distance = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).to(scores.dtype)
+        scores = scores - slopes[None, :, None, None] * distance
+    seen = k_index[None, :] <= q_index[:, None]  # (Tq, Tk)
+    if spec.window is not None:
+        seen = seen & (q_index[:, None] - spec.window < k_index[None, :])
+    seen4 = seen[None, None] if key_mask is None else seen[None, None] & key_mask[:, None, None]
+    scores = scores.masked_fill(~seen4, float("-inf"))
+    some = seen4.any(dim=-1, keepdim=True)
+    if bool(some.all()):
+        weights = torch.softmax(scores, dim=-1)
+    else:  # a row with no visible key: finite scores in, zero weights out (and zero gradients)
+        weights = torch.softmax(scores.masked_fill(~some, 0.0), dim=-1) * some
+    return weights @ v
+
+
+def attend_at(x_q: Float[Tensor, "B Tq C"], x_kv: Float[Tensor, "B Tk C"],
+              weights: Mapping[str, Tensor], spec: AttentionSpec, *,
+              q_index: Tensor, k_index: Tensor, q_pos: Tensor, k_pos: Tensor,
+              key_mask: Tensor | None = None) -> Float[Tensor, "B Tq C"]:
+    """The whole attention with queries from `x_q` and keys and values from `x_kv`."""
+    H, G, D = spec.n_head, spec.G, spec.D
+    q, k, v = (_project(x_q, weights, "q", H, D), _project(x_kv, weights, "k", G, D),
+               _project(x_kv, weights, "v", G, D))
+    if isinstance(spec.positions, RoPE):
+        q, k = rotate_at(q, spec.positions, q_pos), rotate_at(k, spec.positions, k_pos)
+    y = _core(q, k, v, spec, q_index, k_index, q_pos, k_pos, key_mask)
+    return F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias"))
+
+
+def _rows(index: Tensor, B: int) -> Tensor:
+    return index[None, :].expand(B, -1)
+
+
+def padding_positions(key_mask: Bool[Tensor, "B T"]) -> Int[Tensor, "B T"]:
+    """Each real token's position among its row's real tokens (0 for padding)."""
+    return (key_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+
+
+def padded_attention(x: Float[Tensor, "B T C"], weights: Mapping[str, Tensor],
+                     spec: AttentionSpec, key_mask: Bool[Tensor, "B T"]) -> Float[Tensor, "B T C"]:
+    """Self-attention over a padded batch: padded keys are never read (their inputs are zeroed
+    first, so NaN or inf there cannot reach a real token), positions count real tokens."""
+    mask = key_mask.to(device=x.device, dtype=torch.bool)
+    x0 = x.masked_fill(~mask[..., None], 0.0)
+    index = torch.arange(x.size(1), device=x.device)
+    pos = padding_positions(mask)
+    return attend_at(x0, x0, weights, spec, q_index=index, k_index=index, q_pos=pos,
+                     k_pos=pos, key_mask=mask)
+
+
+def cross_attention(x_q: Float[Tensor, "B Tq C"], x_kv: Float[Tensor, "B Tk C"],
+                    weights: Mapping[str, Tensor], spec: AttentionSpec,
+                    corner: str = "bottom_right") -> Float[Tensor, "B Tq C"]:
+    """Tq queries on Tk keys, causal from the declared corner; positions follow the indices."""
+    B, Tq, Tk = x_q.size(0), x_q.size(1), x_kv.size(1)
+    q_index = torch.arange(Tq, device=x_q.device) + corner_shift(corner, Tq, Tk)
+    k_index = torch.arange(Tk, device=x_q.device)
+    return attend_at(x_q, x_kv, weights, spec, q_index=q_index, k_index=k_index,
+                     q_pos=_rows(q_index, B), k_pos=_rows(k_index, B))
+
+
+def decode_attention(x: Float[Tensor, "B T C"], weights: Mapping[str, Tensor],
+                     spec: AttentionSpec, chunks: list[int]) -> Float[Tensor, "B T C"]:
+    """The full forward computed chunk by chunk, each chunk's queries on every key so far
+    (recomputed, not cached: the runner's yardstick for a decode's own discrepancy)."""
+    outs, start = [], 0
+    for size in chunks:
+        end = start + size
+        outs.append(cross_attention(x[:, start:end], x[:, :end], weights, spec))
+        start = end
+    return torch.cat(outs, dim=1)
+
+
+def decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor], spec: AttentionSpec,
+                cache: KVCache | None, offset: int) -> tuple[Tensor, KVCache]:
+    """New tokens at positions offset, offset + 1, ... against a cache of the earlier ones."""
+    B, t = x.size(0), x.size(1)
+    H, G, D = spec.n_head, spec.G, spec.D
+    q, k, v = (_project(x, weights, "q", H, D), _project(x, weights, "k", G, D),
+               _project(x, weights, "v", G, D))
+    q_index = torch.arange(offset, offset + t, device=x.device)
+    if isinstance(spec.positions, RoPE):
+        q = rotate_at(q, spec.positions, _rows(q_index, B))
+        k = rotate_at(k, spec.positions, _rows(q_index, B))
+    if cache is not None:
+        k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
+    k_index = torch.arange(k.size(2), device=x.device)
+    y = _core(q, k, v, spec, q_index, k_index, _rows(q_index, B), _rows(k_index, B), None)
+    out = F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias"))
+    return out, (k, v)
+
+
+def describe_mask(key_mask: Tensor) -> str:
+    """`left-padded, real lengths [3, 5]` for a (B, T) key mask with contiguous real tokens."""
+    lengths = [int(n) for n in key_mask.sum(dim=1)]
+    left = bool((~key_mask[:, 0] & key_mask[:, -1]).any())
+    side = "left-padded" if left else "right-padded"
+    return f"{side}, real lengths {lengths} of T={key_mask.size(1)}"
+
