@@ -2,7 +2,11 @@
 double, in every CPU default dtype, with several seeds. One report per (subject, seed) goes to
 docs/soak/NAME.seedN.json; `scripts/soak_table.py` sums them per subject.
 
-    python scripts/soak.py [--examples 500] [--seeds 0,1,2,3] [--out docs/soak] [NAME ...]
+    python scripts/soak.py [--examples 500] [--seeds 0,1,2,3] [--out docs/soak] [--only IDS]
+                           [NAME ...]
+
+docs/soak/inference/ holds the soak of the inference properties alone (--only decode,
+padding_invariance,masked_rows,causal_corner) on the subjects with hooks.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from attnspec.subjects import BUILTIN
 ROOT = Path(__file__).resolve().parents[1]
 DOUBLE = "batch_position_rounding"
 TARGETS = {**{name: f"attnspec.subjects.{name}" for name in BUILTIN},
-           DOUBLE: str(ROOT / "tests" / "good" / f"{DOUBLE}.py")}
+           DOUBLE: str(ROOT / "tests" / "good" / f"{DOUBLE}.py"),
+           f"{DOUBLE}_v2": str(ROOT / "tests" / "good" / f"{DOUBLE}_v2.py")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,20 +33,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=500, help="per property and seed")
     parser.add_argument("--seeds", default="0,1,2,3")
     parser.add_argument("--out", default=str(ROOT / "docs" / "soak"))
+    parser.add_argument("--only", default=None, help="property ids (default: all)")
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in TARGETS]
     if unknown:
         parser.error(f"unknown subject {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     worst = 0
-    for name in args.names or list(TARGETS):
+    only = ["--only", args.only] if args.only else []
+    for name in args.names or [n for n in TARGETS if not n.endswith("_v2")]:
         for seed in (int(s) for s in args.seeds.split(",")):
             start = time.monotonic()
             done = subprocess.run(
                 [sys.executable, "-m", "attnspec", "verify", TARGETS[name], "--max-examples",
                  str(args.examples), "--dtype", "float32,float64,bfloat16", "--no-database",
                  "--seed", str(seed), "--no-progress", "--report",
-                 str(Path(args.out) / f"{name}.seed{seed}.json")], check=False)
+                 str(Path(args.out) / f"{name}.seed{seed}.json"), *only], check=False)
             print(f"soak: {name} seed {seed}: exit {done.returncode} in "
                   f"{time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
             worst = max(worst, done.returncode)

@@ -41,7 +41,8 @@ def test_builtin_subjects_are_pinned() -> None:
     from attnspec import subjects
 
     assert subjects.BUILTIN == ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2",
-                                "variants", "hf_llama", "hf_mistral", "hf_bloom")
+                                "variants", "hf_llama", "hf_mistral", "hf_bloom",
+                                "sdpa_lower_right")
 
 
 def test_property_ids_are_designs_contract() -> None:

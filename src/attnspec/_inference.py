@@ -22,8 +22,9 @@ from ._reference import merge_heads
 from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
 from ._variants import heads_of, repeat_kv, turn
 
-__all__ = ["CORNERS", "MASKED_ROWS", "Corner", "KVCache", "attend_at", "corner_shift",
-           "cross_attention", "decode_attention", "padded_attention", "padding_positions"]
+__all__ = ["CORNERS", "MASKED_ROWS", "PADDING_VALUES", "Corner", "KVCache", "attend_at",
+           "corner_shift", "cross_attention", "decode_attention", "padded_attention",
+           "padding_positions"]
 
 Corner = Literal["bottom_right", "top_left"]
 CORNERS: tuple[str, ...] = ("bottom_right", "top_left")
@@ -31,6 +32,10 @@ CORNERS: tuple[str, ...] = ("bottom_right", "top_left")
 MASKED_ROWS: tuple[str, ...] = ("zero", "finite")
 """What a query with no visible key gives: a zero attention output (so the output projection's
 bias), or anything finite (some kernels attend to every key instead, as HF's SDPA path does)."""
+
+PADDING_VALUES: tuple[str, ...] = ("any", "finite")
+"""What padding may hold without reaching a real token: anything (NaN and inf included), or
+finite values only (an additive mask times NaN values is NaN: HF's eager attention)."""
 
 KVCache = tuple[Tensor, Tensor]
 """The reference's cache: keys (rotated) and values so far, each (B, G, T so far, D)."""

@@ -62,6 +62,7 @@ class Subject:
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)  # v2: decode, padded, cross
     corner: str = "bottom_right"  # v2: CORNER, where cross's causal diagonal sits
     masked_rows: str = "zero"  # v2: MASKED_ROWS, what a query with no visible key gives
+    padding_values: str = "any"  # v2: PADDING_VALUES, "finite" where NaN/inf padding may leak
 
 
 HOOKS = ("decode", "padded", "cross")
@@ -182,9 +183,9 @@ def protocol_of(obj: Any, target: str) -> tuple[int, dict[str, Any] | None]:
 
 
 def _hooks(obj: Any, target: str, protocol: int,
-           ) -> tuple[dict[str, Callable[..., Any]], str, str]:
-    """A v2 subject's inference hooks, CORNER and MASKED_ROWS, checked; v1 has none."""
-    from ._inference import CORNERS, MASKED_ROWS
+           ) -> tuple[dict[str, Callable[..., Any]], str, str, str]:
+    """A v2 subject's inference hooks, CORNER, MASKED_ROWS and PADDING_VALUES, checked."""
+    from ._inference import CORNERS, MASKED_ROWS, PADDING_VALUES
 
     found = {name: _optional(obj, name, target) for name in HOOKS}
     hooks = {name: hook for name, hook in found.items() if hook is not None}
@@ -193,13 +194,14 @@ def _hooks(obj: Any, target: str, protocol: int,
                           "hooks: set PROTOCOL = 2 and build(spec).")
     values = []
     for attr, default, allowed in (("CORNER", "bottom_right", CORNERS),
-                                   ("MASKED_ROWS", "zero", MASKED_ROWS)):
+                                   ("MASKED_ROWS", "zero", MASKED_ROWS),
+                                   ("PADDING_VALUES", "any", PADDING_VALUES)):
         value = getattr(obj, attr, default)
         if value not in allowed:
             raise TargetError(f"TARGET {target!r}: {attr} = {value!r}; it must be one of "
                               f"{', '.join(map(repr, allowed))}.")
         values.append(str(value))
-    return hooks, values[0], values[1]
+    return hooks, values[0], values[1], values[2]
 
 
 def load_subject(target: str) -> Subject:
@@ -247,8 +249,9 @@ def load_subject(target: str) -> Subject:
             raise TargetError(f"TARGET {target!r}: DTYPES lists {', '.join(unknown)}; attnspec "
                               f"checks {', '.join(DTYPE_NAMES)}.")
     name = getattr(obj, "__name__", None) or type(obj).__name__
-    hooks, corner, masked_rows = _hooks(obj, target, protocol)
-    return Subject(hooks=hooks, corner=corner, masked_rows=masked_rows, target=target,
+    hooks, corner, masked_rows, padding_values = _hooks(obj, target, protocol)
+    return Subject(hooks=hooks, corner=corner, masked_rows=masked_rows,
+                   padding_values=padding_values, target=target,
                    name=str(name), build=build,
                    export_weights=_optional(obj, "export_weights", target),
                    supports=_optional(obj, "supports", target), dtypes=dtypes,

@@ -66,6 +66,7 @@ class SubjectInfo:
     hooks: tuple[str, ...] = ()  # protocol v2's inference hooks it defines
     corner: str = "bottom_right"
     masked_rows: str = "zero"
+    padding_values: str = "any"
 
     @classmethod
     def of(cls, subject: Subject, sizes: tuple[int, int] = (MAX_HEADS, MAX_HEAD_DIM),
@@ -84,7 +85,7 @@ class SubjectInfo:
                    supported=supported, cuda=torch.cuda.is_available(),
                    protocol=subject.protocol, variants=subject.variants,
                    hooks=tuple(subject.hooks), corner=subject.corner,
-                   masked_rows=subject.masked_rows)
+                   masked_rows=subject.masked_rows, padding_values=subject.padding_values)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SubjectInfo:
@@ -98,7 +99,8 @@ class SubjectInfo:
                    variants=data.get("variants"),
                    hooks=tuple(str(h) for h in data.get("hooks", ())),
                    corner=str(data.get("corner", "bottom_right")),
-                   masked_rows=str(data.get("masked_rows", "zero")))
+                   masked_rows=str(data.get("masked_rows", "zero")),
+                   padding_values=str(data.get("padding_values", "any")))
 
 
 class Executor(Protocol):
@@ -418,9 +420,9 @@ def _subject_from_object(obj: Any) -> Subject:
               if declared is not None else None)
     name = getattr(obj, "__name__", type(obj).__name__)
     protocol, variants = protocol_of(obj, str(name))
-    hooks, corner, masked_rows = _hooks(obj, str(name), protocol)
+    hooks, corner, masked_rows, padding_values = _hooks(obj, str(name), protocol)
     return Subject(target=str(name), name=str(name), build=build, hooks=hooks, corner=corner,
-                   masked_rows=masked_rows,
+                   masked_rows=masked_rows, padding_values=padding_values,
                    export_weights=getattr(obj, "export_weights", None),
                    supports=getattr(obj, "supports", None), dtypes=dtypes,
                    origin=str(getattr(obj, "__file__", name)), protocol=protocol,

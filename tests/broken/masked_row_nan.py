@@ -5,7 +5,7 @@ through them are NaN."""
 import torch
 from _spec_common import CORNER, PROTOCOL, SpecAttn, cross, decode, export_weights, padded
 
-EXPECTED = frozenset({"masked_rows"})
+EXPECTED = frozenset({"masked_rows", "causal_corner"})
 VARIANTS = {"n_kv_head": "any"}
 
 

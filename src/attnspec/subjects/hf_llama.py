@@ -1,6 +1,7 @@
 """transformers' LlamaAttention (eager path) with its rotary embedding and causal mask, built from
 a spec (protocol v2): grouped-query attention, rotate-half RoPE with any theta, any head_dim,
-biases or none. Needs `pip install attnspec[hf]`.
+biases or none; decoding against its DynamicCache, and padded batches through its own padding
+mask and position ids. Needs `pip install attnspec[hf]`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 from .._spec import AttentionSpec, RoPE
 
 try:
-    from transformers import LlamaConfig
+    from transformers import DynamicCache, LlamaConfig
     from transformers.masking_utils import create_causal_mask
     from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
 except ImportError as error:  # the TARGET loader turns this into a one-line exit-2 message
@@ -26,6 +27,13 @@ PROTOCOL = 2
 DTYPES = (torch.float32, torch.bfloat16)
 VARIANTS = {"n_kv_head": "any", "head_dim": "any", "bias": "any",
             "positions": [RoPE(), RoPE(theta=500000.0)]}
+# The eager path adds a large negative number to padded keys' scores, then multiplies the
+# weights into the values: a NaN or inf held in the padding reaches real tokens (0 x NaN).
+# generate() feeds pad-token embeddings there, which are finite: that is what it guarantees.
+PADDING_VALUES = "finite"
+# A query that sees no key (left padding) gets the same score for every key, so it attends to
+# all of them evenly: finite, but not zero.
+MASKED_ROWS = "finite"
 
 
 def supports(spec: AttentionSpec) -> bool:
@@ -59,6 +67,30 @@ class HFLlamaAttention(nn.Module):
         return result
 
 
+    def decode(self, x: Tensor, cache: DynamicCache | None, offset: int,
+               ) -> tuple[Tensor, DynamicCache]:
+        """Tokens at offset.. against the DynamicCache, as generate() runs the layer."""
+        cache = DynamicCache(config=self.config) if cache is None else cache
+        positions = torch.arange(offset, offset + x.size(1), device=x.device)[None]
+        mask = create_causal_mask(config=self.config, inputs_embeds=x, attention_mask=None,
+                                  cache=cache, position_ids=positions)
+        out = self.attn(x, position_embeddings=self.rotary(x, positions), attention_mask=mask,
+                        cache=cache)
+        return (out[0] if isinstance(out, tuple) else out), cache
+
+    def padded(self, x: Tensor, key_mask: Tensor) -> Tensor:
+        """A padded batch as generate() prepares it: the 2-D attention mask, and position ids
+        counting real tokens (padding gets 1, as transformers does)."""
+        attention_mask = key_mask.to(torch.long)
+        positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
+        mask = create_causal_mask(config=self.config, inputs_embeds=x,
+                                  attention_mask=attention_mask, cache=None,
+                                  position_ids=positions)
+        out = self.attn(x, position_embeddings=self.rotary(x, positions), attention_mask=mask)
+        result: Tensor = out[0] if isinstance(out, tuple) else out
+        return result
+
+
 def build(spec: AttentionSpec) -> nn.Module:
     return HFLlamaAttention(spec)
 
@@ -70,3 +102,13 @@ def export_weights(module: nn.Module) -> Mapping[str, Tensor]:
     if attn.q_proj.bias is not None:
         out |= {f"{n}_bias": getattr(attn, f"{n}_proj").bias for n in "qkvo"}
     return out
+
+
+def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
+    assert isinstance(module, HFLlamaAttention)
+    return module.decode(x, cache, offset)
+
+
+def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
+    assert isinstance(module, HFLlamaAttention)
+    return module.padded(x, key_mask)
