@@ -589,7 +589,8 @@ def _decode_plans(ex: Example) -> list[list[int]]:
 
 def _plan_text(plan: list[int]) -> str:
     if len(plan) > 1 and all(n == 1 for n in plan[1:]):
-        return f"a prefill of {plan[0]} then {len(plan) - 1} tokens one at a time"
+        n = len(plan) - 1
+        return f"a prefill of {plan[0]} then {n} token{'s' * (n != 1)} one at a time"
     return f"chunks of {plan}"
 
 

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from .._spec import AttentionSpec, RoPE
 
 try:
-    from transformers import MistralConfig
+    from transformers import DynamicCache, MistralConfig
     from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
     from transformers.models.mistral.modeling_mistral import (
         MistralAttention,
@@ -28,14 +28,24 @@ PROTOCOL = 2
 # The rotary embedding computes cos and sin in float32 (as Llama's): float64 is not claimed.
 DTYPES = (torch.float32, torch.bfloat16)
 VARIANTS = {"n_kv_head": "any", "window": "any", "bias": [False], "positions": [RoPE()]}
+# As hf_llama: the eager path lets NaN or inf padding reach real tokens (0 x NaN), and a query
+# with no visible key attends to every key evenly.
+PADDING_VALUES = "finite"
+MASKED_ROWS = "finite"
 
 
 def supports(spec: AttentionSpec) -> bool:
-    """Rotate-half RoPE over the whole head, the default scale, and C % H == 0 (its config)."""
+    """Rotate-half RoPE over the whole head, the default scale, and C % H == 0 (its config).
+
+    Not a window of 1: attnspec's decode property found that transformers' sliding-window cache
+    (DynamicSlidingWindowLayer.update, 5.24) keeps `states[:, :, -sliding_window + 1:]`, which
+    for a window of 1 is `[-0:]`, every token: decoding then attends to all the past, and a
+    chunk of more than one token fails on the mask's shape (docs/findings.md).
+    """
     rope = spec.positions
     return (isinstance(rope, RoPE) and rope.fraction == 1.0 and not rope.interleaved
             and spec.scale is None and spec.softcap is None and spec.head_dim is None
-            and not spec.bias)
+            and not spec.bias and spec.window != 1)
 
 
 class HFMistralAttention(nn.Module):
@@ -51,15 +61,32 @@ class HFMistralAttention(nn.Module):
         self.attn = MistralAttention(self.config, layer_idx=0)
         self.rotary = MistralRotaryEmbedding(self.config)
 
-    def forward(self, x: Tensor) -> Tensor:
-        positions = torch.arange(x.size(1), device=x.device)[None]
+    def _run(self, x: Tensor, positions: Tensor, attention_mask: Tensor | None,
+             cache: DynamicCache | None) -> Tensor:
         make = (create_causal_mask if self.config.sliding_window is None
                 else create_sliding_window_causal_mask)
-        mask = make(config=self.config, inputs_embeds=x, attention_mask=None, cache=None,
-                    position_ids=positions)
-        out = self.attn(x, position_embeddings=self.rotary(x, positions), attention_mask=mask)
+        mask = make(config=self.config, inputs_embeds=x, attention_mask=attention_mask,
+                    cache=cache, position_ids=positions)
+        out = self.attn(x, position_embeddings=self.rotary(x, positions), attention_mask=mask,
+                        cache=cache)
         result: Tensor = out[0] if isinstance(out, tuple) else out
         return result
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._run(x, torch.arange(x.size(1), device=x.device)[None], None, None)
+
+    def decode(self, x: Tensor, cache: DynamicCache | None, offset: int,
+               ) -> tuple[Tensor, DynamicCache]:
+        """Tokens at offset.. against the DynamicCache (a sliding-window layer with a window)."""
+        cache = DynamicCache(config=self.config) if cache is None else cache
+        positions = torch.arange(offset, offset + x.size(1), device=x.device)[None]
+        return self._run(x, positions, None, cache), cache
+
+    def padded(self, x: Tensor, key_mask: Tensor) -> Tensor:
+        """The 2-D attention mask and position ids counting real tokens, as generate() does."""
+        attention_mask = key_mask.to(torch.long)
+        positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
+        return self._run(x, positions, attention_mask, None)
 
 
 def build(spec: AttentionSpec) -> nn.Module:
@@ -70,3 +97,13 @@ def export_weights(module: nn.Module) -> Mapping[str, Tensor]:
     assert isinstance(module, HFMistralAttention)
     attn = module.attn
     return {f"{n}_weight": getattr(attn, f"{n}_proj").weight for n in "qkvo"}
+
+
+def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
+    assert isinstance(module, HFMistralAttention)
+    return module.decode(x, cache, offset)  # type: ignore[arg-type]
+
+
+def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
+    assert isinstance(module, HFMistralAttention)
+    return module.padded(x, key_mask)
