@@ -101,7 +101,7 @@ def export_weights(module: nn.Module) -> Mapping[str, Tensor]:
 
 def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
     assert isinstance(module, HFMistralAttention)
-    return module.decode(x, cache, offset)  # type: ignore[arg-type]
+    return module.decode(x, cache, offset)
 
 
 def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
