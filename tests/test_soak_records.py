@@ -77,3 +77,27 @@ def test_the_soak_table_exits_1_on_a_report_that_is_not_clean(
 
 def test_the_soak_table_exits_1_when_there_is_nothing_to_read(tmp_path: Path) -> None:
     assert soak_table.main(str(tmp_path)) == 1
+
+
+INFERENCE = ("decode", "padding_invariance", "masked_rows", "causal_corner")
+HOOKED = {"variants": INFERENCE, "sdpa_lower_right": INFERENCE,
+          "batch_position_rounding_v2": INFERENCE,
+          "hf_llama": ("decode", "padding_invariance", "masked_rows"),  # no cross hook
+          "hf_mistral": ("decode", "padding_invariance", "masked_rows")}
+
+
+def test_the_inference_properties_soaked_clean_on_every_subject_with_hooks() -> None:
+    by_subject: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted((SOAK / "inference").glob("*.seed*.json")):
+        by_subject.setdefault(path.name.split(".seed")[0], []).append(
+            json.loads(path.read_text()))
+    assert sorted(by_subject) == sorted(HOOKED)
+    for name, reports in by_subject.items():
+        report = soak_table.merge(reports)
+        assert not report["partial"] and len(report["seeds"]) >= 3, name
+        verdicts = {p["id"]: p for p in report["properties"]}
+        for prop in HOOKED[name]:
+            assert verdicts[prop]["verdict"] == "pass", (name, prop)
+            assert verdicts[prop]["examples"] >= 2000, (name, prop)
+            assert set(verdicts[prop]["drawn"]["dtype"]) == set(report["dtypes"]["cpu"]), name
+    assert soak_table.main(str(SOAK / "inference")) == 0

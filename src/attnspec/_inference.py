@@ -163,11 +163,3 @@ def decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor], spec: 
     out = F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias"))
     return out, (k, v)
 
-
-def describe_mask(key_mask: Tensor) -> str:
-    """`left-padded, real lengths [3, 5]` for a (B, T) key mask with contiguous real tokens."""
-    lengths = [int(n) for n in key_mask.sum(dim=1)]
-    left = bool((~key_mask[:, 0] & key_mask[:, -1]).any())
-    side = "left-padded" if left else "right-padded"
-    return f"{side}, real lengths {lengths} of T={key_mask.size(1)}"
-
