@@ -164,3 +164,21 @@ def test_a_decode_hook_that_returns_no_cache_is_the_subjects_error() -> None:
     result = report.result("decode")
     assert result.verdict == "error", result
     assert "returned Tensor, not (output, cache)" in (result.message or ""), result.message
+
+
+def test_the_other_corner_is_caught_on_the_visible_side_when_queries_are_fewer() -> None:
+    from attnspec._properties import Context, Example, _corner_lengths, check_causal_corner
+    from attnspec._worker import InProcess
+    from attnspec.subjects import variants
+
+    spec = AttentionSpec(16, 4)
+    # A seed whose Tq < Tk: the top-left corner then hides keys the bottom-right one shows.
+    ex = next(e for e in (Example(B=1, T=9, C=16, H=4, seed=s, spec=spec) for s in range(100))
+              if _corner_lengths(e) < e.T)
+    top_left = _v2(cross=lambda m, x_q, x_kv: m.cross(x_q, x_kv, "top_left"),
+                   CORNER="bottom_right")
+    outcome = check_causal_corner(Context(InProcess(top_left)), ex)
+    assert outcome.kind == "fail" and "is the other corner implemented?" in outcome.message, (
+        outcome)
+    right = _v2(cross=variants.cross)
+    assert check_causal_corner(Context(InProcess(right)), ex).kind == "pass"
