@@ -91,5 +91,7 @@ def test_broken_subject_is_rejected_by_an_expected_property(path: Path) -> None:
 
 @pytest.mark.parametrize("path", GOOD, ids=[p.stem for p in GOOD])
 def test_correct_subject_passes_every_property(path: Path) -> None:
-    report = _verify(path, **({} if FULL else {"max_examples": 20}))
+    # CI's share: 8 examples a property (the v2 ones draw every variant and hook: 70 s at 20);
+    # the soak (docs/soak.md) and `nox -s catalogue` carry the weight.
+    report = _verify(path, **({} if FULL else {"max_examples": 8}))
     assert report.ok, report.summary()

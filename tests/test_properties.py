@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from attnspec import AttentionSpec, CausalSelfAttention, RoPE
 from attnspec import _tolerance as tol
-from attnspec._properties import PROPERTY_IDS, Example, Outcome, run_check
+from attnspec._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from attnspec._wire import WireError, decode, encode
 from attnspec._worker import InProcess
 from attnspec.subjects import reference
@@ -95,15 +95,17 @@ def test_every_property_passes_a_subject_that_rounds_by_batch_position(prop: str
                                                                        dtype: str) -> None:
     # B*T = 6 and 9 leave a partial tail of 4-row blocks, where the double rounds differently;
     # the issue's own replay (B=1, T=2, C=4, H=1) is among them.
-    # window needs a spec with a window: the protocol v2 double, GQA and RoPE on.
-    double = InProcess(ROUNDING_V2 if prop == "window" else ROUNDING)
+    # window needs a spec with a window, the inference properties the hooks: the protocol v2
+    # double (its hooks round by batch position too), GQA and RoPE on.
+    v2 = prop == "window" or BY_ID[prop].needs_hook is not None
+    double = InProcess(ROUNDING_V2 if v2 else ROUNDING)
     for B, T, C, H in ((1, 2, 4, 1), (2, 3, 8, 2), (3, 3, 12, 3), (1, 9, 6, 2)):
         cuts = tuple(range(T))
         B = max(B, 2) if prop == "batch_independence" else B
         spec = AttentionSpec(C, H, n_kv_head=1, window=2, positions=RoPE()) if (
-            prop == "window" and (C // H) % 2 == 0) else AttentionSpec(C, H, window=2)
+            v2 and (C // H) % 2 == 0) else AttentionSpec(C, H, window=2)
         ex = Example(B=B, T=T, C=C, H=H, dtype=dtype, seed=3, cuts=cuts,
-                     spec=spec if prop == "window" else None)
+                     spec=spec if v2 else None)
         if prop == "divisibility":
             ex = Example(B=1, T=1, C=C + 1, H=2)
         outcome = check(double, prop, ex)
