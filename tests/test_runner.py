@@ -595,31 +595,3 @@ def test_vjp_gives_autograd_grads_values_exactly(dtype: torch.dtype) -> None:
     unused = torch.zeros(3, requires_grad=True)
     assert vjp([attn(x)], [x, unused], [cotangent])[1] is None, "an unused input gets None"
 
-
-def test_the_hello_sent_ahead_is_in_the_wire_format() -> None:
-    from attnspec._spawn import hello_bytes
-    from attnspec._wire import decode, encode
-
-    hello = {"target": "pkg.mod:NAME", "sys_path": ["/a", ""], "max_heads": 8,
-             "max_head_dim": 16}
-    assert hello_bytes(hello) == encode(hello)
-    assert decode(hello_bytes(hello)) == hello
-
-
-def test_the_command_line_loads_the_subject_once_in_the_worker_it_started_ahead(
-        tmp_path: Path) -> None:
-    # The worker started ahead is told TARGET at once; the runner adopts it, starts no other.
-    log = tmp_path / "imports.log"
-    subject = tmp_path / "counted.py"
-    subject.write_text(
-        "import os\n"
-        f"with open({str(log)!r}, 'a') as f:\n"
-        "    f.write(f'{os.getpid()}\\n')\n"
-        "from attnspec.subjects.sdpa import build, export_weights\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "attnspec", "verify", str(subject), "--only", "width",
-         "--max-examples", "3", "--no-database", "--no-progress"],
-        capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    pids = log.read_text().split()
-    assert len(pids) == 1, f"the subject was imported by {len(pids)} processes: {pids}"

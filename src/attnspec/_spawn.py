@@ -1,18 +1,15 @@
 """Starting a worker process, without importing torch.
 
-`attnspec verify` starts its worker first thing, and tells it the TARGET at once, so that the
-worker imports torch and loads the subject (transformers, for the HF built-ins) while the runner
-imports its own; the runner's `Worker` then adopts the process if it would have said the same.
+`attnspec verify` starts its worker first thing, so that the worker's import of torch runs
+while the runner imports its own; the runner's `Worker` then adopts the process.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 from multiprocessing.connection import Connection
@@ -25,14 +22,7 @@ BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from attnspec._worker impo
 
 Spawned = tuple["subprocess.Popen[bytes]", Connection]
 
-# Started ahead, not yet adopted by a Worker, with the hello already sent to it (or None).
-_waiting: list[tuple[Spawned, dict[str, Any] | None]] = []
-
-
-def hello_bytes(hello: dict[str, Any]) -> bytes:
-    """A hello in the wire format (_wire.encode's, for a message without tensors), torch-free."""
-    header = json.dumps({"body": hello, "tensors": []}, allow_nan=True).encode()
-    return struct.pack("<Q", len(header)) + header
+_waiting: list[Spawned] = []  # started ahead, not yet adopted by a Worker
 
 
 def _open_fd(fd: int) -> bool:
@@ -60,43 +50,30 @@ def spawn() -> Spawned:
     return process, Connection(ours.detach())
 
 
-def prestart(hello: dict[str, Any] | None = None) -> None:
-    """Start one worker now, for the next `Worker` this process creates to adopt; with `hello`,
-    send it at once, so that the subject loads while this process imports."""
-    if _waiting:
-        return
-    process, conn = spawn()
-    if hello is not None:
-        try:
-            conn.send_bytes(hello_bytes(hello))
-        except OSError:
-            hello = None  # it died already: the Worker will see, and start another
-    _waiting.append(((process, conn), hello))
+def prestart() -> None:
+    """Start one worker now, for the next `Worker` this process creates to adopt."""
+    if not _waiting:
+        _waiting.append(spawn())
 
 
-def take(hello: dict[str, Any]) -> tuple[Spawned, bool] | None:
-    """The worker started ahead, if one is waiting and alive, and whether it was already sent
-    this `hello`. One sent another hello (sys.path changed since) is stopped, not adopted."""
+def take() -> Spawned | None:
+    """The worker started ahead, if one is waiting and still alive."""
     while _waiting:
-        (process, conn), sent = _waiting.pop()
-        if process.poll() is None and sent in (None, hello):
-            return (process, conn), sent is not None
-        _stop((process, conn))
+        process, conn = _waiting.pop()
+        if process.poll() is None:
+            return process, conn
+        conn.close()
     return None
-
-
-def _stop(spawned: Spawned) -> None:
-    process, conn = spawned
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
-    conn.close()
 
 
 @atexit.register
 def _kill_waiting() -> None:
     """A worker started ahead and never adopted (the run stopped early) goes with the runner."""
     while _waiting:
-        _stop(_waiting.pop()[0])
+        process, conn = _waiting.pop()
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        process.wait()
+        conn.close()

@@ -286,10 +286,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
                 stop: _Stop) -> int:
     from ._spawn import prestart
 
-    # The worker imports torch and loads TARGET while this process imports (two cores, half the
-    # wait); the Worker adopts it if it would have said the same hello (hello_of).
-    prestart({"target": args.target, "sys_path": list(sys.path), "max_heads": args.max_heads,
-              "max_head_dim": args.max_head_dim})
+    prestart()  # the worker imports torch while this process does (two cores, half the wait)
     from ._engine import verify
     from ._report import progress_printer
 

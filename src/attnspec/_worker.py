@@ -231,12 +231,6 @@ def _kill_live_workers() -> None:
         worker._kill()
 
 
-def hello_of(target: str, sizes: tuple[int, int]) -> dict[str, Any]:
-    """What a worker is told first: the TARGET, where to import from, the sizes drawn."""
-    return {"target": target, "sys_path": list(sys.path), "max_heads": sizes[0],
-            "max_head_dim": sizes[1]}
-
-
 class Worker:
     """The runner's handle on a worker process running TARGET."""
 
@@ -260,15 +254,14 @@ class Worker:
         return None if self._process is None else self._process.pid
 
     def _start(self) -> SubjectInfo:
-        hello = hello_of(self.target, self.sizes)
         # The first start adopts a worker `attnspec verify` started ahead, if there is one.
-        ahead = take(hello) if self.restarts < 0 else None
-        (process, conn), greeted = ahead if ahead is not None else (spawn(), False)
+        process, conn = (self.restarts < 0 and take()) or spawn()
         self._process, self._conn = process, conn
         self.restarts += 1
         try:
-            if not greeted:
-                conn.send_bytes(encode(hello))
+            conn.send_bytes(encode({"target": self.target, "sys_path": list(sys.path),
+                                    "max_heads": self.sizes[0],
+                                    "max_head_dim": self.sizes[1]}))
             loaded = conn.poll(self.start_timeout)
         except BaseException:  # Ctrl-C while the subject loads: leave no worker behind
             self._kill()
