@@ -182,3 +182,40 @@ def test_the_other_corner_is_caught_on_the_visible_side_when_queries_are_fewer()
         outcome)
     right = _v2(cross=variants.cross)
     assert check_causal_corner(Context(InProcess(right)), ex).kind == "pass"
+
+
+class _NoisyLeak(SpecAttention):
+    """Padding leaks into real tokens at 1e-3 of its values, under run-to-run noise of 1e-7."""
+
+    def padded(self, x: Tensor, key_mask: Tensor) -> Tensor:
+        out = super().padded(x, key_mask)
+        leak = (x * (~key_mask)[..., None]).nan_to_num().sum(dim=1, keepdim=True) * 1e-3
+        return out + leak + 1e-7 * torch.randn_like(out)
+
+
+def test_padding_invariance_measures_jitter_on_the_padded_calls_themselves() -> None:
+    from attnspec._properties import Context, Example, _rng, check_padding_invariance
+    from attnspec._worker import InProcess
+
+    spec = AttentionSpec(8, 2)
+
+    def fill_kind(seed: int) -> str:  # the draw check_padding_invariance makes
+        rng = _rng(Example(B=2, T=6, C=8, H=2, seed=seed, spec=spec), 12)
+        rng.choice(("left", "right"))
+        return str(rng.choice(("random", "large", "nan", "inf")))
+
+    seed = next(s for s in range(200) if fill_kind(s) in ("random", "large"))
+    ex = Example(B=2, T=6, C=8, H=2, seed=seed, spec=spec, dtype="float64")
+    noisy = _v2(build=_NoisyLeak, padded=lambda m, x, mask: m.padded(x, mask))
+    outcome = check_padding_invariance(Context(InProcess(noisy)), ex)
+    # The jitter allowance comes from the same padded calls (1e-7), not from plain forwards.
+    assert outcome.kind == "fail" and "padding must never reach a real token" in outcome.message
+
+
+def test_a_hook_of_the_wrong_shape_is_named_in_the_error() -> None:
+    wrong = _v2(padded=lambda m, x, mask: m.padded(x, mask)[:, :-1])
+    result = attnspec.verify(wrong, only="padding_invariance", max_examples=3, seed=0,
+                             database=False).result("padding_invariance")
+    assert result.verdict == "error", result
+    assert (result.message or "").startswith("padded(module, x, key_mask) returned ("), (
+        result.message)

@@ -162,24 +162,27 @@ class Context:
         self.submit(ex, [{"op": "forward", "x": x} for x in xs])
         return self.collect_forwards(ex, xs, check_shape=check_shape)
 
-    def collect_forwards(self, ex: Example, xs: Sequence[Tensor], *,
-                         check_shape: bool = True) -> list[Tensor]:
-        """`forwards_of`'s second half, after `submit` of one forward per input."""
+    def collect_forwards(self, ex: Example, xs: Sequence[Tensor], *, check_shape: bool = True,
+                         call: str = "forward") -> list[Tensor]:
+        """`forwards_of`'s second half, after `submit` of one forward (or `call`) per input."""
         outs = []
         for x, result in zip(xs, self.collect(), strict=True):
             out = result["out"]
             if check_shape:
-                _same_layout(out, result["device"], x, ex.device)
+                _same_layout(out, result["device"], x, ex.device, call)
             outs.append(out)
         return outs
 
 
-def _same_layout(out: Tensor, device: str, x: Tensor, want_device: str) -> None:
+def _same_layout(out: Tensor, device: str, x: Tensor, want_device: str,
+                 call: str = "forward") -> None:
     if out.shape != x.shape or out.dtype != x.dtype or device != want_device:
+        see = ("see width and dtype" if call == "forward" else
+               "its output must have its (query) input's shape, dtype and device")
         raise SubjectFault(
-            f"forward returned {tuple(out.shape)} {out.dtype} on {device} for input "
+            f"{call} returned {tuple(out.shape)} {out.dtype} on {device} for input "
             f"{tuple(x.shape)} {x.dtype} on {want_device}, so this property cannot be "
-            "checked (see width and dtype).")
+            f"checked ({see}).")
 
 
 # ---- inputs, reference weights, messages ----------------------------------------------------
@@ -705,12 +708,12 @@ def check_padding_invariance(ctx: Context, ex: Example) -> Outcome:
         ref = padded_attention(xa, weights_in(weights, xa), ex.attention, mask)
         ref_o = padded_attention(xo, weights_in(weights, xo), ex.attention, mask_o)
         yard = _worst(_real_rows(ref, lengths, side), _real_rows(ref_o, lengths, other_side))[0]
-    outs = ctx.collect_forwards(ex, [xa, xb, xo])
+    outs = ctx.collect_forwards(ex, [xa, xb, xo], call="padded(module, x, key_mask)")
     a, b = _real_rows(outs[0], lengths, side), _real_rows(outs[1], lengths, side)
     where = f"{side}-padded, real lengths {lengths} of T={ex.T}"
     err, index = _worst(b, a)
     if err > 0:
-        again = ctx.forwards_of(ex, [xa, xb])  # jitter: the same two calls again
+        again = [r["out"] for r in ctx.request(ex, steps[:2])]  # jitter: the same two calls
         again_b = _real_rows(again[1], lengths, side)
         allowed = tol.K * max(_worst(_real_rows(again[0], lengths, side), a)[0],
                               _worst(again_b, b)[0])
@@ -843,7 +846,7 @@ def check_causal_corner(ctx: Context, ex: Example) -> Outcome:
         base1, moved1, base2, moved2 = (r["out"] for r in ctx.collect())
     else:
         base1, moved1, base2, moved2 = (r["out"] for r in ctx.request(ex, steps))
-    _same_layout(base1, ex.device, queries, ex.device)
+    _same_layout(base1, ex.device, queries, ex.device, "cross(module, x_q, x_kv)")
     if not bool(base1.isfinite().all()):
         broken = sorted({int(t) for t in (~base1.isfinite()).nonzero()[:, 1]})
         blind = f" (queries 0..{-shift - 1} see no key)" if shift < 0 else ""
