@@ -14,9 +14,13 @@ from torch import Tensor, nn
 from .._spec import AttentionSpec, RoPE
 
 try:
-    from transformers import DynamicCache, LlamaConfig
+    from transformers import LlamaConfig
     from transformers.masking_utils import create_causal_mask
     from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+    from ._hf import HFDecoderAttention, projections
+    from ._hf import decode as decode  # the protocol's hooks, shared
+    from ._hf import padded as padded
 except ImportError as error:  # the TARGET loader turns this into a one-line exit-2 message
     raise ImportError("attnspec.subjects.hf_llama needs transformers: "
                       "pip install 'attnspec[hf]'") from error
@@ -45,7 +49,7 @@ def supports(spec: AttentionSpec) -> bool:
             and spec.n_embd % spec.n_head == 0)
 
 
-class HFLlamaAttention(nn.Module):
+class HFLlamaAttention(HFDecoderAttention):
     def __init__(self, spec: AttentionSpec) -> None:
         super().__init__()
         assert isinstance(spec.positions, RoPE)
@@ -57,38 +61,7 @@ class HFLlamaAttention(nn.Module):
         self.config._attn_implementation = "eager"
         self.attn = LlamaAttention(self.config, layer_idx=0)
         self.rotary = LlamaRotaryEmbedding(self.config)
-
-    def forward(self, x: Tensor) -> Tensor:
-        positions = torch.arange(x.size(1), device=x.device)[None]
-        mask = create_causal_mask(config=self.config, inputs_embeds=x, attention_mask=None,
-                                  cache=None, position_ids=positions)
-        out = self.attn(x, position_embeddings=self.rotary(x, positions), attention_mask=mask)
-        result: Tensor = out[0] if isinstance(out, tuple) else out
-        return result
-
-
-    def decode(self, x: Tensor, cache: DynamicCache | None, offset: int,
-               ) -> tuple[Tensor, DynamicCache]:
-        """Tokens at offset.. against the DynamicCache, as generate() runs the layer."""
-        cache = DynamicCache(config=self.config) if cache is None else cache
-        positions = torch.arange(offset, offset + x.size(1), device=x.device)[None]
-        mask = create_causal_mask(config=self.config, inputs_embeds=x, attention_mask=None,
-                                  cache=cache, position_ids=positions)
-        out = self.attn(x, position_embeddings=self.rotary(x, positions), attention_mask=mask,
-                        cache=cache)
-        return (out[0] if isinstance(out, tuple) else out), cache
-
-    def padded(self, x: Tensor, key_mask: Tensor) -> Tensor:
-        """A padded batch as generate() prepares it: the 2-D attention mask, and position ids
-        counting real tokens (padding gets 1, as transformers does)."""
-        attention_mask = key_mask.to(torch.long)
-        positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
-        mask = create_causal_mask(config=self.config, inputs_embeds=x,
-                                  attention_mask=attention_mask, cache=None,
-                                  position_ids=positions)
-        out = self.attn(x, position_embeddings=self.rotary(x, positions), attention_mask=mask)
-        result: Tensor = out[0] if isinstance(out, tuple) else out
-        return result
+        self.make_mask = create_causal_mask
 
 
 def build(spec: AttentionSpec) -> nn.Module:
@@ -97,18 +70,4 @@ def build(spec: AttentionSpec) -> nn.Module:
 
 def export_weights(module: nn.Module) -> Mapping[str, Tensor]:
     assert isinstance(module, HFLlamaAttention)
-    attn = module.attn
-    out = {f"{n}_weight": getattr(attn, f"{n}_proj").weight for n in "qkvo"}
-    if attn.q_proj.bias is not None:
-        out |= {f"{n}_bias": getattr(attn, f"{n}_proj").bias for n in "qkvo"}
-    return out
-
-
-def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
-    assert isinstance(module, HFLlamaAttention)
-    return module.decode(x, cache, offset)
-
-
-def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
-    assert isinstance(module, HFLlamaAttention)
-    return module.padded(x, key_mask)
+    return projections(module.attn)

@@ -14,12 +14,16 @@ from torch import Tensor, nn
 from .._spec import AttentionSpec, RoPE
 
 try:
-    from transformers import DynamicCache, MistralConfig
+    from transformers import MistralConfig
     from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
     from transformers.models.mistral.modeling_mistral import (
         MistralAttention,
         MistralRotaryEmbedding,
     )
+
+    from ._hf import HFDecoderAttention, projections
+    from ._hf import decode as decode  # the protocol's hooks, shared
+    from ._hf import padded as padded
 except ImportError as error:  # the TARGET loader turns this into a one-line exit-2 message
     raise ImportError("attnspec.subjects.hf_mistral needs transformers: "
                       "pip install 'attnspec[hf]'") from error
@@ -48,7 +52,7 @@ def supports(spec: AttentionSpec) -> bool:
             and not spec.bias and spec.window != 1)
 
 
-class HFMistralAttention(nn.Module):
+class HFMistralAttention(HFDecoderAttention):
     def __init__(self, spec: AttentionSpec) -> None:
         super().__init__()
         assert isinstance(spec.positions, RoPE)
@@ -60,33 +64,9 @@ class HFMistralAttention(nn.Module):
         self.config._attn_implementation = "eager"
         self.attn = MistralAttention(self.config, layer_idx=0)
         self.rotary = MistralRotaryEmbedding(self.config)
-
-    def _run(self, x: Tensor, positions: Tensor, attention_mask: Tensor | None,
-             cache: DynamicCache | None) -> Tensor:
-        make = (create_causal_mask if self.config.sliding_window is None
-                else create_sliding_window_causal_mask)
-        mask = make(config=self.config, inputs_embeds=x, attention_mask=attention_mask,
-                    cache=cache, position_ids=positions)
-        out = self.attn(x, position_embeddings=self.rotary(x, positions), attention_mask=mask,
-                        cache=cache)
-        result: Tensor = out[0] if isinstance(out, tuple) else out
-        return result
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self._run(x, torch.arange(x.size(1), device=x.device)[None], None, None)
-
-    def decode(self, x: Tensor, cache: DynamicCache | None, offset: int,
-               ) -> tuple[Tensor, DynamicCache]:
-        """Tokens at offset.. against the DynamicCache (a sliding-window layer with a window)."""
-        cache = DynamicCache(config=self.config) if cache is None else cache
-        positions = torch.arange(offset, offset + x.size(1), device=x.device)[None]
-        return self._run(x, positions, None, cache), cache
-
-    def padded(self, x: Tensor, key_mask: Tensor) -> Tensor:
-        """The 2-D attention mask and position ids counting real tokens, as generate() does."""
-        attention_mask = key_mask.to(torch.long)
-        positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
-        return self._run(x, positions, attention_mask, None)
+        # The window lives in the mask HF builds (a DynamicCache gets a sliding-window layer).
+        self.make_mask = (create_causal_mask if spec.window is None
+                          else create_sliding_window_causal_mask)
 
 
 def build(spec: AttentionSpec) -> nn.Module:
@@ -95,15 +75,4 @@ def build(spec: AttentionSpec) -> nn.Module:
 
 def export_weights(module: nn.Module) -> Mapping[str, Tensor]:
     assert isinstance(module, HFMistralAttention)
-    attn = module.attn
-    return {f"{n}_weight": getattr(attn, f"{n}_proj").weight for n in "qkvo"}
-
-
-def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
-    assert isinstance(module, HFMistralAttention)
-    return module.decode(x, cache, offset)
-
-
-def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
-    assert isinstance(module, HFMistralAttention)
-    return module.padded(x, key_mask)
+    return projections(module.attn)
