@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from attnspec import ConfigError, DivisibilityError, UsageError
+from attnspec import ALiBi, AttentionSpec, ConfigError, DivisibilityError, SpecAttention, UsageError
 from attnspec._cli import main
-from attnspec._plot import INSTALL_HINT, _figure, plot_heads
+from attnspec._plot import INSTALL_HINT, _figure, hidden_keys, plot_heads
 
 pytest.importorskip("matplotlib")
 
@@ -184,3 +185,114 @@ def test_importing_the_plot_module_does_not_import_matplotlib() -> None:
                             timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "False", "attnspec._plot imported matplotlib at import time"
+
+
+# Specs: the window hatched like the future, each panel's kv head and ALiBi slope named.
+
+
+def test_hidden_keys_are_the_future_and_the_keys_outside_the_window() -> None:
+    x, o = True, False  # x: hidden, o: seen
+    expected = [[o, x, x, x, x],
+                [o, o, x, x, x],
+                [x, o, o, x, x],
+                [x, x, o, o, x],
+                [x, x, x, o, o]]
+    assert hidden_keys(5, 2).tolist() == expected, f"window 2:\n{hidden_keys(5, 2)}"
+    future = np.triu(np.ones((5, 5), dtype=bool), k=1)
+    assert (hidden_keys(5).numpy() == future).all(), "no window: only the future is hidden"
+    assert (hidden_keys(5, 5).numpy() == future).all(), "a window of T keys hides nothing more"
+
+
+def test_window_cells_are_masked_and_hatched_exactly() -> None:
+    T, W = 6, 3
+    fig = _figure(spec=AttentionSpec(n_embd=16, n_head=4, window=W), seq=T)
+    hidden = hidden_keys(T, W).numpy()
+    for ax in _heatmaps(fig):
+        data = np.ma.filled(ax.images[0].get_array().astype(float), np.nan)
+        assert (np.isnan(data) == hidden).all(), f"NaN cells:\n{np.isnan(data)}\nnot\n{hidden}"
+        hatched = [p.get_path() for p in ax.patches if p.get_hatch()]
+        assert len(hatched) == 2, "one hatched region for the future, one outside the window"
+        inside = np.array([[any(p.contains_point((j, i)) for p in hatched) for j in range(T)]
+                           for i in range(T)])
+        assert (inside == hidden).all(), f"hatched cells:\n{inside}\nhidden cells:\n{hidden}"
+        written = {(round(t.get_position()[1]), round(t.get_position()[0])) for t in ax.texts}
+        assert written == {(i, j) for i in range(T) for j in range(T) if not hidden[i, j]}
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[1] == "key outside the window of 3 keys (key <= query - 3): masked, weight 0"
+
+
+def test_a_window_of_at_least_t_keys_hatches_only_the_future() -> None:
+    fig = _figure(spec=AttentionSpec(n_embd=16, n_head=4, window=4), seq=4)
+    for ax in _heatmaps(fig):
+        assert len([p for p in ax.patches if p.get_hatch()]) == 1
+    assert len(fig.legends[0].get_texts()) == 1, "no cell is outside the window, so no key"
+
+
+@pytest.mark.parametrize(("n_kv_head", "reads"), [(2, [1, 1, 2, 2]), (1, [1, 1, 1, 1])])
+def test_each_panel_names_the_kv_head_its_query_head_reads(
+    n_kv_head: int, reads: list[int]
+) -> None:
+    spec = AttentionSpec(n_embd=16, n_head=4, n_kv_head=n_kv_head)
+    fig = _figure(spec=spec, seq=2)
+    titles = [ax.get_title() for ax in _heatmaps(fig)]
+    expected = [f"head {h + 1} of 4\nchannels {4 * h}\u2013{4 * h + 3} (D = 4)\n"
+                f"reads kv head {g} of {n_kv_head}" for h, g in enumerate(reads)]
+    assert titles == expected, f"titles {titles}, not {expected}"
+    assert f"spec: {spec.describe()}\n" in fig._suptitle.get_text()
+
+
+def test_alibi_panels_name_their_slope_and_plain_heads_name_no_kv_head() -> None:
+    fig = _figure(spec=AttentionSpec(n_embd=16, n_head=4, head_dim=2, positions=ALiBi()), seq=2)
+    titles = [ax.get_title().splitlines() for ax in _heatmaps(fig)]
+    # H = 4: slopes 2^-2, 2^-4, 2^-6, 2^-8; G = H, so no kv head line.
+    assert [t[1:] for t in titles] == [
+        ["channels 0\u20131 (D = 2)", "ALiBi slope 0.25"],
+        ["channels 2\u20133 (D = 2)", "ALiBi slope 0.0625"],
+        ["channels 4\u20135 (D = 2)", "ALiBi slope 0.01562"],
+        ["channels 6\u20137 (D = 2)", "ALiBi slope 0.003906"]], titles
+
+
+def test_spec_weights_come_from_spec_attention_seeded_like_trace() -> None:
+    spec = AttentionSpec(n_embd=16, n_head=4, n_kv_head=2, window=2, positions=ALiBi())
+    fig = _figure(spec=spec, seq=5, batch=2, batch_row=1, seed=5)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        attn = SpecAttention(spec)
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = attn.attention_weights(x)[1].numpy()
+    drawn = np.stack([np.ma.filled(ax.images[0].get_array(), 0.0) for ax in _heatmaps(fig)])
+    assert np.allclose(drawn, expected, atol=1e-6), "the panels are not the spec's weights"
+
+
+def test_plot_heads_rejects_a_spec_that_contradicts_n_head(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as caught:
+        plot_heads(12, 4, spec=AttentionSpec(n_embd=12, n_head=3), output=tmp_path / "h.png")
+    assert str(caught.value) == (
+        "plot_heads(n_embd=12, n_head=4, spec=AttentionSpec(n_embd=12, n_head=3)): n_head=4 "
+        "disagrees with the spec's n_head=3. Give the spec alone (it carries n_embd and "
+        "n_head), or values that match it.")
+    assert not (tmp_path / "h.png").exists()
+
+
+def test_cli_plot_with_spec_options_writes_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "heads.png"
+    code = main(["plot", "--n-embd", "16", "--n-head", "4", "--kv-heads", "2", "--window", "2",
+                 "--alibi", "--seq", "3", "--output", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_cli_plot_impossible_spec_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["plot", "--head-dim", "0", "--output", str(tmp_path / "heads.png")])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err == ("attnspec plot: error: Invalid attention configuration: head_dim=0; "
+                            "head_dim must be >= 1.\n")
+    assert captured.out == ""
+    assert not (tmp_path / "heads.png").exists()

@@ -12,7 +12,7 @@ import torch
 
 import attnspec
 from attnspec import DivisibilityError
-from attnspec._cli import main
+from attnspec._cli import _build_parser, _spec_of, main
 from attnspec._trace import STAGES
 
 TABLE_12_3 = """\
@@ -190,3 +190,127 @@ def test_python_m_attnspec_trace_indivisible_prints_no_traceback() -> None:
     assert result.stderr == DIVISIBILITY_LINE, (
         f"stderr was\n{result.stderr}\nnot the one line\n{DIVISIBILITY_LINE}"
     )
+
+
+# Protocol v2 specs: trace(spec=...) traces SpecAttention; the CLI's spec options describe one.
+
+GQA = attnspec.AttentionSpec(n_embd=12, n_head=4, n_kv_head=2)
+
+
+def test_trace_of_a_gqa_spec_shows_the_kv_heads_and_their_sharing() -> None:
+    trace = attnspec.trace(spec=GQA, batch=2, seq=5)
+    got = [(s.name, s.labels, s.shape) for s in trace.stages]
+    # H = 4 query heads of D = 3 read G = 2 kv heads, each shared by H / G = 2 of them.
+    expected = [("input", "B T C", (2, 5, 12)), ("projection", "B T H*D", (2, 5, 12)),
+                ("head split", "B H T D", (2, 4, 5, 3)), ("kv heads", "B G T D", (2, 2, 5, 3)),
+                ("shared kv", "B H T D", (2, 4, 5, 3)), ("scores", "B H T T", (2, 4, 5, 5)),
+                ("weights", "B H T T", (2, 4, 5, 5)), ("attend", "B H T D", (2, 4, 5, 3)),
+                ("merge", "B T H*D", (2, 5, 12)), ("output projection", "B T C", (2, 5, 12))]
+    assert got == expected, f"trace(spec={GQA}) stages={got}, not {expected}"
+    assert str(trace).splitlines()[0] == "spec: C=12, H=4, n_kv_head=2", str(trace)
+
+
+def test_trace_of_a_spec_accepts_matching_n_embd_and_n_head() -> None:
+    alone = attnspec.trace(spec=GQA, seed=3)
+    repeated = attnspec.trace(12, 4, spec=GQA, seed=3)
+    assert alone == repeated, f"trace(12, 4, spec=...) gave\n{repeated}\nnot\n{alone}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [((16, None), "trace(n_embd=16, n_head=None, spec=AttentionSpec(n_embd=12, n_head=4, "
+                  "n_kv_head=2)): n_embd=16 disagrees with the spec's n_embd=12. Give the spec "
+                  "alone (it carries n_embd and n_head), or values that match it."),
+     ((12, 3), "trace(n_embd=12, n_head=3, spec=AttentionSpec(n_embd=12, n_head=4, "
+               "n_kv_head=2)): n_head=3 disagrees with the spec's n_head=4. Give the spec alone "
+               "(it carries n_embd and n_head), or values that match it.")],
+)
+def test_trace_rejects_n_embd_or_n_head_that_contradict_the_spec(
+    args: tuple[int, int | None], message: str
+) -> None:
+    with pytest.raises(attnspec.UsageError) as info:
+        attnspec.trace(*args, spec=GQA)
+    assert str(info.value) == message, f"trace{args} with spec= said {info.value}"
+
+
+def test_trace_without_a_configuration_says_what_to_give() -> None:
+    with pytest.raises(attnspec.UsageError) as info:
+        attnspec.trace(12)
+    assert str(info.value) == ("trace(n_embd=12, n_head=None): give both n_embd (C) and n_head "
+                               "(H), or spec=attnspec.AttentionSpec(...).")
+
+
+def test_trace_of_a_spec_names_it_in_errors_and_refuses_sdpa() -> None:
+    with pytest.raises(ValueError, match=r"^trace\(spec=AttentionSpec\(n_embd=12, n_head=4, "
+                                         r"n_kv_head=2\)\): seq=0; seq must be an int >= 1\.$"):
+        attnspec.trace(spec=GQA, seq=0)
+    with pytest.raises(attnspec.UsageError, match="kernel='sdpa'; a spec is traced by "
+                                                  "SpecAttention, which has the explicit math"):
+        attnspec.trace(spec=GQA, kernel="sdpa")
+
+
+@pytest.mark.parametrize(
+    ("argv", "spec"),
+    [([], None),
+     (["--kv-heads", "1"], attnspec.AttentionSpec(12, 3, n_kv_head=1)),
+     (["--n-embd", "16", "--n-head", "4", "--kv-heads", "2", "--head-dim", "6", "--window", "3",
+       "--rope"], attnspec.AttentionSpec(16, 4, n_kv_head=2, head_dim=6, window=3,
+                                         positions=attnspec.RoPE())),
+     (["--rope-interleaved"], attnspec.AttentionSpec(
+         12, 3, positions=attnspec.RoPE(interleaved=True))),
+     (["--alibi", "--window", "2"], attnspec.AttentionSpec(12, 3, window=2,
+                                                           positions=attnspec.ALiBi()))],
+)
+@pytest.mark.parametrize("command", ["trace", "plot"])
+def test_cli_spec_options_round_trip_to_the_spec(
+    command: str, argv: list[str], spec: attnspec.AttentionSpec | None
+) -> None:
+    args = _build_parser().parse_args([command, *argv])
+    assert _spec_of(args) == spec, f"attnspec {command} {' '.join(argv)} -> {_spec_of(args)}"
+
+
+def test_cli_trace_with_spec_options_traces_that_spec(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["trace", "--n-head", "4", "--kv-heads", "2", "--batch", "2", "--seq", "5"])
+    out, err = capsys.readouterr()
+    assert code == 0, f"attnspec trace --n-head 4 --kv-heads 2 exited {code}; stderr: {err}"
+    assert out == str(attnspec.trace(spec=GQA)) + "\n", f"it printed\n{out}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--kv-heads", "2"], "Invalid attention spec (n_embd=12, n_head=3, n_kv_head=2): n_head "
+      "must be divisible by n_kv_head, since each key/value head serves n_head / n_kv_head query "
+      "heads, and 3/2 is not a whole number. n_kv_head values that divide n_head=3: 1, 3."),
+     (["--window", "0"], "Invalid attention configuration: window=0; window must be >= 1."),
+     (["--n-head", "4", "--rope"], "Invalid attention spec (n_embd=12, n_head=4, head_dim=3, "
+      "RoPE fraction=1.0): RoPE rotates channel pairs, so int(head_dim * fraction) = 3 must be "
+      "even and >= 2; D=3 has no even number of channels >= 2 to rotate."),
+     (["--kernel", "sdpa", "--alibi"], "--kernel sdpa: the spec options (--kv-heads, --head-dim, "
+      "--window, --rope, --rope-interleaved, --alibi) trace SpecAttention, which has the "
+      "explicit math only; drop one or the other.")],
+)
+def test_cli_impossible_spec_exits_2_with_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["trace", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2, f"attnspec trace {' '.join(argv)} exited {code}, not 2"
+    assert err == f"attnspec trace: error: {message}\n", f"stderr was\n{err}"
+    assert out == "", f"nothing should go to stdout, got {out!r}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "last"),
+    [(["--rope", "--alibi"], "argument --alibi: not allowed with argument --rope"),
+     (["--kv-heads", "two"], "argument --kv-heads: invalid int value: 'two'")],
+)
+def test_cli_malformed_spec_options_exit_2(
+    argv: list[str], last: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["trace", *argv])
+    err = capsys.readouterr().err
+    assert info.value.code == 2, f"attnspec trace {' '.join(argv)} exited {info.value.code}"
+    assert err.splitlines()[-1] == f"attnspec trace: error: {last}", f"stderr: {err}"

@@ -7,11 +7,14 @@ import atexit
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from ._errors import AttnspecError
+from ._errors import AttnspecError, UsageError
 from ._report import printable
 from ._verify_cli import EXIT_OK, EXIT_USAGE, _SafeStream, add_verify_parser, flush_quietly
+
+if TYPE_CHECKING:
+    from ._spec import AttentionSpec
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,6 +34,44 @@ def _positive(text: str) -> int:
     return value
 
 
+def _add_spec_options(command: argparse.ArgumentParser) -> None:
+    """The options that make --n-embd and --n-head an AttentionSpec (SpecAttention)."""
+    spec = command.add_argument_group(
+        "attention spec", "any of these draws SpecAttention for the spec they describe, "
+        "instead of plain multi-head attention")
+    spec.add_argument("--kv-heads", type=int, metavar="G",
+                      help="G, the key/value heads (n_kv_head); must divide H (default: H)")
+    spec.add_argument("--head-dim", type=int, metavar="D",
+                      help="D, the channels of one head (default: C / H)")
+    spec.add_argument("--window", type=int, metavar="W",
+                      help="sliding window: query i sees keys i - W < j <= i (default: none)")
+    positions = spec.add_mutually_exclusive_group()
+    positions.add_argument("--rope", action="store_const", dest="positions", const="rope",
+                           help="RoPE, rotating halves (GPT-NeoX, Llama), theta 10000")
+    positions.add_argument("--rope-interleaved", action="store_const", dest="positions",
+                           const="rope-interleaved",
+                           help="RoPE, rotating channel pairs (0, 1), (2, 3), ... (GPT-J)")
+    positions.add_argument("--alibi", action="store_const", dest="positions", const="alibi",
+                           help="ALiBi: head h adds -slope_h * (i - j) to its scores")
+
+
+SPEC_FLAGS = "--kv-heads, --head-dim, --window, --rope, --rope-interleaved, --alibi"
+
+
+def _spec_of(args: argparse.Namespace) -> AttentionSpec | None:
+    """The spec the options describe; None when none was given (plain multi-head attention)."""
+    from ._spec import ALiBi, AttentionSpec, RoPE
+
+    if args.kv_heads is None and args.head_dim is None and args.window is None \
+            and args.positions is None:
+        return None
+    positions = {None: None, "rope": RoPE(), "rope-interleaved": RoPE(interleaved=True),
+                 "alibi": ALiBi()}[args.positions]
+    # AttentionSpec validates: an impossible spec is a ConfigError, which exits 2 with it.
+    return AttentionSpec(n_embd=args.n_embd, n_head=args.n_head, n_kv_head=args.kv_heads,
+                         head_dim=args.head_dim, window=args.window, positions=positions)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attnspec", description=__doc__)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
@@ -42,6 +83,7 @@ def _build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--batch", type=_positive, default=2, help="B (2)")
     trace.add_argument("--seq", type=_positive, default=5, help="T, token positions (5)")
     trace.add_argument("--kernel", choices=("explicit", "sdpa"), default="explicit")
+    _add_spec_options(trace)
 
     add_verify_parser(sub)
 
@@ -53,22 +95,29 @@ def _build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--batch", type=_positive, default=1, help="B (1)")
     plot.add_argument("--seed", type=int, default=0, help="seed for weights and input (0)")
     plot.add_argument("--output", "-o", default="heads.png", help="the image file (heads.png)")
+    _add_spec_options(plot)
     return parser
 
 
 def _trace(args: argparse.Namespace) -> int:
     from ._api import trace
 
-    print(trace(args.n_embd, args.n_head, batch=args.batch, seq=args.seq, kernel=args.kernel),
-          file=_SafeStream(sys.stdout))
+    spec = _spec_of(args)
+    if spec is not None and args.kernel != "explicit":
+        raise UsageError(f"--kernel {args.kernel}: the spec options ({SPEC_FLAGS}) trace "
+                         "SpecAttention, which has the explicit math only; drop one or the "
+                         "other.")
+    print(trace(args.n_embd, args.n_head, spec=spec, batch=args.batch, seq=args.seq,
+                kernel=args.kernel), file=_SafeStream(sys.stdout))
     return EXIT_OK
 
 
 def _plot(args: argparse.Namespace) -> int:
     from ._plot import plot_heads
 
-    path = plot_heads(args.n_embd, args.n_head, seq=args.seq, batch=args.batch,
-                      batch_row=args.batch_row, seed=args.seed, output=args.output)
+    path = plot_heads(args.n_embd, args.n_head, spec=_spec_of(args), seq=args.seq,
+                      batch=args.batch, batch_row=args.batch_row, seed=args.seed,
+                      output=args.output)
     print(f"wrote {path}", file=_SafeStream(sys.stdout))
     return EXIT_OK
 
