@@ -49,8 +49,8 @@ def test_property_ids_are_designs_contract() -> None:
     assert attnspec.PROPERTIES == (
         "width", "dtype", "divisibility", "causality", "prefix", "batch_independence",
         "determinism", "input_unchanged", "finite", "oracle", "oracle_grad", "grad_causality",
-        "device_agreement", "window", "decode", "padding_invariance", "masked_rows",
-        "causal_corner")
+        "device_agreement", "window", "gqa_grouping", "decode", "padding_invariance",
+        "masked_rows", "causal_corner", "relative_position")
 
 
 def test_verify_accepts_a_module_object_in_process() -> None:

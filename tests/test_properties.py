@@ -97,13 +97,18 @@ def test_every_property_passes_a_subject_that_rounds_by_batch_position(prop: str
     # the issue's own replay (B=1, T=2, C=4, H=1) is among them.
     # window needs a spec with a window, the inference properties the hooks: the protocol v2
     # double (its hooks round by batch position too), GQA and RoPE on.
-    v2 = prop == "window" or BY_ID[prop].needs_hook is not None
+    # gqa_grouping needs 1 < n_kv_head < n_head.
+    v2 = prop in ("window", "gqa_grouping") or BY_ID[prop].needs_hook is not None
     double = InProcess(ROUNDING_V2 if v2 else ROUNDING)
-    for B, T, C, H in ((1, 2, 4, 1), (2, 3, 8, 2), (3, 3, 12, 3), (1, 9, 6, 2)):
+    shapes = ((1, 2, 4, 1), (2, 3, 8, 2), (3, 3, 12, 3), (1, 9, 6, 2))
+    if prop == "gqa_grouping":
+        shapes = ((1, 2, 8, 4), (2, 3, 16, 4), (3, 3, 12, 6), (1, 9, 6, 6))
+    for B, T, C, H in shapes:
         cuts = tuple(range(T))
         B = max(B, 2) if prop == "batch_independence" else B
-        spec = AttentionSpec(C, H, n_kv_head=1, window=2, positions=RoPE()) if (
-            v2 and (C // H) % 2 == 0) else AttentionSpec(C, H, window=2)
+        G = 2 if prop == "gqa_grouping" else None
+        spec = AttentionSpec(C, H, n_kv_head=G or 1, window=2, positions=RoPE()) if (
+            v2 and (C // H) % 2 == 0) else AttentionSpec(C, H, n_kv_head=G, window=2)
         ex = Example(B=B, T=T, C=C, H=H, dtype=dtype, seed=3, cuts=cuts,
                      spec=spec if v2 else None)
         if prop == "divisibility":

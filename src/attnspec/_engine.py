@@ -25,7 +25,7 @@ from ._errors import ConfigError, TargetError, UsageError
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ_LIMIT, PROFILES, RunOptions
 from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
-from ._spec import ALiBi, AttentionSpec, RoPE
+from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
 from ._subject import clip, default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
 
@@ -167,10 +167,26 @@ def _listed(variants: Mapping[str, Any], name: str) -> list[Any]:
     return [1] if values == "any" else list(values)
 
 
+def _positions_listed(variants: Mapping[str, Any]) -> list[Any]:
+    declared = variants.get("positions")
+    if declared is None:
+        return []
+    if declared == "any":
+        return [RoPE()]
+    return [positions_from_json(p) for p in declared]
+
+
+def _grouped_heads(variants: Mapping[str, Any], max_heads: int) -> list[int]:
+    from ._strategies import grouped_heads  # Hypothesis loads only when examples are drawn
+
+    return grouped_heads(variants, max_heads)
+
+
 _HOOK_SIGNATURES = {
     "decode": "decode(module, x, cache, offset) -> (output, cache)",
     "padded": "padded(module, x, key_mask) -> output",
     "cross": "cross(module, x_q, x_kv) -> output, causal from CORNER",
+    "shifted": "shifted(module, x, offset) -> output, x's positions starting at offset",
 }
 
 
@@ -303,6 +319,14 @@ class Session:
         if spec.needs_window and not any(
                 w is not None for w in _listed(self.info.variants or {}, "window")):
             return "the subject's VARIANTS allow no window"
+        if spec.needs_groups and not v2:
+            return "the subject speaks protocol 1 (plain attention): every head has its own k, v"
+        if spec.needs_groups and not _grouped_heads(self.info.variants or {}, self.sizes[0]):
+            return (f"no grouped-query spec to draw: the subject's VARIANTS allow no n_kv_head "
+                    f"with 1 < n_kv_head < n_head for n_head <= {self.sizes[0]} (max_heads)")
+        if spec.needs_rope and v2 and not any(
+                isinstance(p, RoPE) for p in _positions_listed(self.info.variants or {})):
+            return "the subject's VARIANTS allow no RoPE positions"
         if spec.needs_hook is not None and not v2:
             return (f"the subject speaks protocol 1: inference hooks ({spec.needs_hook} among "
                     "them) are protocol 2's (docs/design.md, section 3)")

@@ -134,7 +134,8 @@ def _sendable(what: str, value: Tensor) -> Tensor:
 
 def _forward(module: torch.nn.Module, x: Tensor, grad: bool, state: Executed | None = None,
              step: Mapping[str, Any] | None = None) -> Tensor:
-    """module(x); with a step's `mask`, the padded hook; with its `x_kv`, the cross hook."""
+    """module(x); with a step's `mask`, the padded hook; with its `x_kv`, the cross hook; with
+    its `offset`, the shifted hook."""
     what = f"forward raised on input of shape {tuple(x.shape)}"
     call: Callable[[], Any] = lambda: module(x)  # noqa: E731
     if step is not None and state is not None and step.get("mask") is not None:
@@ -146,6 +147,10 @@ def _forward(module: torch.nn.Module, x: Tensor, grad: bool, state: Executed | N
         what = (f"cross(module, x_q, x_kv) raised on x_q of shape {tuple(x.shape)}, x_kv of "
                 f"shape {tuple(x_kv.shape)}")
         call = lambda: _hook(state, "cross")(module, x, x_kv)  # noqa: E731
+    elif step is not None and state is not None and step.get("offset") is not None:
+        offset = int(step["offset"])
+        what = f"shifted(module, x, offset={offset}) raised on x of shape {tuple(x.shape)}"
+        call = lambda: _hook(state, "shifted")(module, x, offset)  # noqa: E731
 
     def run() -> Any:
         with torch.set_grad_enabled(grad):

@@ -12,6 +12,7 @@ than one pair of identical calls.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +28,7 @@ from ._inference import corner_shift, cross_attention, decode_attention, padded_
 from ._reference import WEIGHT_KEYS, reference_attention
 from ._spec import AttentionSpec
 from ._subject import dtype_from_name
-from ._variants import spec_attention
+from ._variants import _pipeline, spec_attention
 from ._worker import Executor
 
 __all__ = ["Context", "Example", "Outcome", "PROPERTIES", "PROPERTY_IDS", "Property",
@@ -882,6 +883,128 @@ def check_causal_corner(ctx: Context, ex: Example) -> Outcome:
     return Outcome(PASS)
 
 
+def _grouped(weights: Mapping[str, Tensor], spec: AttentionSpec, reads: Sequence[int],
+             ) -> tuple[dict[str, Tensor], AttentionSpec]:
+    """Weights and spec in which query head h reads kv head reads[h]: every query head gets its
+    own copy of that kv head's k and v rows (an MHA spec, so positions and slopes stay put)."""
+    D = spec.D
+    rows = torch.cat([torch.arange(g * D, (g + 1) * D) for g in reads])
+    out = dict(weights)
+    for key in ("k_weight", "v_weight", "k_bias", "v_bias"):
+        if key in weights:
+            out[key] = weights[key][rows]
+    return out, dataclasses.replace(spec, n_kv_head=None)
+
+
+def _head_contributions(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
+                        ) -> Tensor:
+    """c[h, g] (H, G, B, T, C): query head h's share of the output (o bias left out) if it read
+    kv head g, in float64."""
+    H, G, D = spec.n_head, spec.G, spec.D
+    w64 = _cast(weights, torch.float64, "cpu")
+    x64 = x.to(torch.float64).cpu()
+    o_heads = w64["o_weight"].reshape(spec.n_embd, H, D)
+    shares = []
+    for g in range(G):
+        grouped, mha = _grouped(w64, spec, [g] * H)
+        kept: list[Tensor] = []
+        with torch.no_grad():
+            _pipeline(x64, grouped, mha, 0, kept)
+            v = torch.nn.functional.linear(x64, w64["v_weight"][g * D:(g + 1) * D],
+                                           w64["v_bias"][g * D:(g + 1) * D]
+                                           if "v_bias" in w64 else None)
+            heads = kept[0] @ v[:, None]  # (B, H, T, D): every query head reading kv head g
+            shares.append(torch.einsum("bhtd,chd->hbtc", heads, o_heads))
+    return torch.stack(shares, dim=1)
+
+
+def check_gqa_grouping(ctx: Context, ex: Example) -> Outcome:
+    """Query head h reads kv head h // (H / G). Which kv head each query head really reads is
+    found by fitting the subject's output with every (query head, kv head) share of the
+    reference on its exported weights; a different assignment that fits is a failure.
+
+    Black-box it cannot be told: reading h % G is h // (H / G) with the query heads permuted,
+    which random weights cannot reveal; hence the exported weights."""
+    spec = ex.attention
+    H, G = spec.n_head, spec.G
+    # Enough rows that the H * G shares are told apart: twice as many outputs as unknowns.
+    rows = max(ex.B, math.ceil(2 * H * G / (ex.T * ex.C)))
+    x = _inputs(ex, shape=(rows, ex.T, ex.C))
+    (exported,) = ctx.request(ex, [{"op": "export"}])
+    weights = _checked_weights(exported, ex)
+    ctx.submit(None, [{"op": "forward", "x": x}])
+    declared = [h // (H // G) for h in range(H)]
+    golden = _reference(x, weights, ex, torch.float64)  # while the subject runs
+    yard = tol.max_abs_diff(_reference(x, weights, ex), golden)[0]
+    (out,) = ctx.collect_forwards(ex, [x])
+    allowed = tol.allowed(yard, ex.dtype, float(golden.abs().max()))
+    if tol.max_abs_diff(out, golden)[0] <= allowed:
+        return Outcome(PASS)
+    shares = _head_contributions(x, weights, spec)  # (H, G, B, T, C)
+    target = out.to(torch.float64)
+    if "o_bias" in weights:
+        target = target - weights["o_bias"].detach().to(torch.float64).cpu()
+    if not bool(target.isfinite().all()):
+        return Outcome(PASS, notes=["non-finite output: no grouping to identify (see finite)"])
+    fit = torch.linalg.lstsq(shares.reshape(H * G, -1).T, target.reshape(-1, 1)).solution
+    reads = [int(i) for i in fit.reshape(H, G).argmax(dim=1)]
+    if reads == declared:
+        return Outcome(PASS, notes=["the output differs from the reference, but not by its "
+                                    "grouping (see oracle)"])
+    grouped, mha = _grouped(weights, spec, reads)
+    theirs = _oracle(x.to(torch.float64), _cast(grouped, torch.float64, "cpu"),
+                     dataclasses.replace(ex, spec=mha))
+    err, index = tol.max_abs_diff(out, theirs)
+    if err > allowed:
+        return Outcome(PASS, notes=["the output fits no assignment of query heads to kv heads "
+                                    "(see oracle)"])
+    wrong = [h for h in range(H) if reads[h] != declared[h]]
+    tiled = reads == [h % G for h in range(H)]
+    shown = ", ".join(f"{h} -> {reads[h]} (not {declared[h]})" for h in wrong[:6])
+    return _fail(f"with H={H} query heads on G={G} kv heads, query head h must read kv head "
+                 f"h // (H / G) = h // {H // G} (repeat_interleave), but the subject's output "
+                 f"is the reference's with query heads reading kv heads {reads} (matched to "
+                 f"{err:.3g}, allowed {allowed:.3g}): {shown}"
+                 + ("; that is h % G, the kv heads tiled (repeat) instead of repeated in place."
+                    if tiled else "."), err, allowed, index)
+
+
+# Offsets the shifted hook is asked for: small ones, and ones past the lengths drawn.
+_SMALL_OFFSETS = (1, 2, 3, 7, 16)
+_LARGE_OFFSETS = (100, 1000, 4000)
+
+
+def check_relative_position(ctx: Context, ex: Example) -> Outcome:
+    """RoPE sees only distances: x with its positions starting at an offset gives forward's
+    outputs. Different angles round differently, so the reference's own shift discrepancy in
+    this dtype is the yardstick (as for prefix)."""
+    rng = _rng(ex, 11)
+    offsets = [rng.choice(_SMALL_OFFSETS), rng.choice(_LARGE_OFFSETS)]
+    x = _inputs(ex)
+    ctx.submit(ex, [{"op": "forward", "x": x},
+                    *({"op": "forward", "x": x, "offset": k} for k in offsets)])
+    weights = _reference_weights(ex)
+    spec = ex.attention
+    with torch.no_grad():
+        mine = weights_in(weights, x)
+        whole = spec_attention(x, mine, spec)
+        yards = [tol.max_abs_diff(spec_attention(x, mine, spec, k), whole)[0] for k in offsets]
+    full, *shifted = ctx.collect_forwards(ex, [x] * (1 + len(offsets)))
+    scale = float(full.abs().max()) if full.numel() else 1.0
+    for k, out, yard in zip(offsets, shifted, yards, strict=True):
+        err, index = tol.max_abs_diff(out, full)
+        allowed = tol.allowed(yard, ex.dtype, scale)
+        if err > allowed:
+            return _fail(f"shifted(module, x, offset={k}) differs from forward(x) by {err:.3g} "
+                         f"(allowed {allowed:.3g}, {tol.K:g} x the reference's own "
+                         f"{ex.dtype} discrepancy at that offset + floor){_at(index)}: "
+                         "RoPE sees only distances between positions, so moving "
+                         "every position by the same offset must change nothing. Are queries "
+                         "and keys turned by the same positions, and the angles computed in "
+                         "float32 or wider?", err, allowed, index)
+    return Outcome(PASS)
+
+
 # ---- the table -------------------------------------------------------------------------------
 
 
@@ -938,6 +1061,8 @@ class Property:
     scaled_inputs: bool = False  # draws input scales beyond 1
     needs_window: bool = False  # draws only specs with a window (protocol v2 subjects)
     needs_hook: str | None = None  # a protocol v2 inference hook: decode, padded or cross
+    needs_groups: bool = False  # draws only specs with 1 < n_kv_head < n_head (protocol v2)
+    needs_rope: bool = False  # draws only specs with rotary positions (protocol v2)
 
 
 PROPERTIES: tuple[Property, ...] = (
@@ -955,10 +1080,13 @@ PROPERTIES: tuple[Property, ...] = (
     Property("grad_causality", check_grad_causality, uses_cuts=True),
     Property("device_agreement", check_device_agreement, needs_cuda=True),
     Property("window", check_window, uses_cuts=True, needs_window=True),
+    Property("gqa_grouping", check_gqa_grouping, needs_export=True, needs_groups=True),
     Property("decode", check_decode, uses_cuts=True, needs_hook="decode"),
     Property("padding_invariance", check_padding_invariance, needs_hook="padded"),
     Property("masked_rows", check_masked_rows, needs_hook="padded"),
     Property("causal_corner", check_causal_corner, needs_hook="cross"),
+    Property("relative_position", check_relative_position, needs_hook="shifted",
+             needs_rope=True),
 )
 PROPERTY_IDS: tuple[str, ...] = tuple(p.id for p in PROPERTIES)
 BY_ID: dict[str, Property] = {p.id: p for p in PROPERTIES}

@@ -111,10 +111,12 @@ POSITIONS: tuple[RoPE | ALiBi | None, ...] = (
 
 
 def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = False,
-          max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM,
-          ) -> st.SearchStrategy[AttentionSpec]:
+          need_groups: bool = False, need_rope: bool = False, max_heads: int = MAX_HEADS,
+          max_head_dim: int = MAX_HEAD_DIM) -> st.SearchStrategy[AttentionSpec]:
     """Attention specs a protocol v2 subject declares (its VARIANTS, in JSON form): fields it
-    names vary ("any": over attnspec's range; a list: over it), the others keep defaults."""
+    names vary ("any": over attnspec's range; a list: over it), the others keep defaults.
+    `need_groups`: only 1 < n_kv_head < n_head, where grouping can go wrong; `need_rope`: only
+    rotary positions."""
     def field(name: str, anything: st.SearchStrategy[Any], default: Any = None,
               ) -> st.SearchStrategy[Any]:
         values = variants.get(name)
@@ -132,6 +134,8 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
     if need_window:
         window_st = window_st.filter(lambda w: w is not None)
     positions_st = field("positions", st.sampled_from(POSITIONS))
+    if need_rope:
+        positions_st = positions_st.filter(lambda p: isinstance(p, RoPE))
     scale_st = field("scale", st.one_of(st.none(), st.sampled_from((0.05, 0.25, 1.0))))
     softcap_st = field("softcap", st.one_of(st.none(), st.sampled_from((1.0, 5.0, 30.0))))
     bias_st = field("bias", st.booleans(), default=True)
@@ -140,7 +144,8 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
 
     @st.composite
     def draw(draw: st.DrawFn) -> AttentionSpec:
-        H = draw(st.integers(1, max_heads))
+        H = draw(st.sampled_from(grouped_heads(variants, max_heads)) if need_groups
+                 else st.integers(1, max_heads))
         positions = draw(positions_st)
         if isinstance(positions, RoPE):  # it turns channel pairs: D among the sizes it can
             rope = positions
@@ -153,6 +158,8 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
         else:
             D = draw(dims)
         G = draw(field("n_kv_head", st.sampled_from(divisors(H)), default=H))
+        if need_groups:
+            assume(G in divisors(H) and 1 < G < H)
         head_dim = None
         C = H * D
         if own_width and draw(st.booleans()):  # q and o widths H·D, unrelated to C
@@ -167,6 +174,15 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
             raise
 
     return draw()
+
+
+def grouped_heads(variants: Mapping[str, Any], max_heads: int) -> list[int]:
+    """The H up to max_heads with an n_kv_head G the subject allows and 1 < G < H."""
+    declared = variants.get("n_kv_head")
+    if declared is None:
+        return []
+    return [H for H in range(1, max_heads + 1)
+            if any(1 < G < H for G in divisors(H) if declared == "any" or G in declared)]
 
 
 def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
@@ -186,8 +202,8 @@ def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
     config_st = configs(max_heads=max_heads, max_head_dim=max_head_dim,
                         supported=supported) if variants is None else None
     spec_st = None if variants is None else specs(
-        variants, max_seq=max_seq, need_window=prop.needs_window, max_heads=max_heads,
-        max_head_dim=max_head_dim)
+        variants, max_seq=max_seq, need_window=prop.needs_window, need_groups=prop.needs_groups,
+        need_rope=prop.needs_rope, max_heads=max_heads, max_head_dim=max_head_dim)
     batch_st = batch_sizes(min_value=prop.min_batch)
     seq_st = seq_lengths(max_value=max_seq)
     scale_st = st.sampled_from((1.0, 4.0))

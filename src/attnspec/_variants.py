@@ -193,6 +193,11 @@ class SpecAttention(nn.Module):
 
         return decode_step(x, self.export_weights(), self.spec, cache, offset)
 
+    def shifted(self, x: Tensor, offset: int) -> Tensor:
+        """Forward with x's positions starting at `offset` (RoPE turns by them; ALiBi and the
+        rest see only distances, so only rounding may differ from forward)."""
+        return spec_attention(x, self.export_weights(), self.spec, offset)
+
     def padded(self, x: Tensor, key_mask: Tensor) -> Tensor:
         """Forward on a padded batch: key_mask (B, T) is True at real tokens (contiguous, on
         either side); padding is never read, positions count real tokens."""

@@ -152,6 +152,21 @@ class SpecAttn(nn.Module):
         qi = torch.arange(offset, offset + x.shape[1], device=x.device)
         return self.attend(q, k, v, qi, kj, qi[None], kj[None], None), (k, v)
 
+    def shift_positions(self, offset: int, T: int) -> tuple[Tensor, Tensor]:
+        """The positions queries and keys are turned by when x starts at `offset`."""
+        pos = torch.arange(offset, offset + T)
+        return pos, pos
+
+    def shifted(self, x: Tensor, offset: int) -> Tensor:
+        q, k, v = self.heads(x)
+        T = x.shape[1]
+        qpos, kpos = (p.to(x.device) for p in self.shift_positions(offset, T))
+        if isinstance(self.spec.positions, RoPE):
+            q = self.rotate_at(q, self.spec.positions, qpos[None])
+            k = self.rotate_at(k, self.spec.positions, kpos[None])
+        idx = torch.arange(T, device=x.device)
+        return self.attend(q, k, v, idx, idx, qpos[None], kpos[None], None)
+
     def padded_input(self, x: Tensor, keep: Tensor) -> Tensor:
         return x.masked_fill(~keep[..., None], 0.0)  # padding is never read
 
@@ -193,6 +208,10 @@ def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
 
 def cross(module: nn.Module, x_q: Tensor, x_kv: Tensor) -> Tensor:
     return module.cross(x_q, x_kv)  # type: ignore[operator, no-any-return]
+
+
+def shifted(module: nn.Module, x: Tensor, offset: int) -> Tensor:
+    return module.shifted(x, offset)  # type: ignore[operator, no-any-return]
 
 
 def export_weights(module: nn.Module) -> dict[str, Tensor]:

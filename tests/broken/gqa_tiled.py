@@ -5,7 +5,7 @@ axlearn#842). Correct whenever G = 1 or G = H, so plain tests never see it.
 
 from _spec_common import PROTOCOL, SpecAttn, export_weights
 
-EXPECTED = frozenset({"oracle", "oracle_grad"})
+EXPECTED = frozenset({"oracle", "oracle_grad", "gqa_grouping"})
 VARIANTS = {"n_kv_head": "any"}
 
 

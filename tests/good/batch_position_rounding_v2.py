@@ -48,6 +48,11 @@ def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
     return nudge_by_position(module.inner.padded(x, key_mask))
 
 
+def shifted(module: nn.Module, x: Tensor, offset: int) -> Tensor:
+    assert isinstance(module, PositionRoundingV2)
+    return nudge_by_position(module.inner.shifted(x, offset))
+
+
 def cross(module: nn.Module, x_q: Tensor, x_kv: Tensor) -> Tensor:
     assert isinstance(module, PositionRoundingV2)
     return nudge_by_position(module.inner.cross(x_q, x_kv, CORNER))

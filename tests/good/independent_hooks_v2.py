@@ -17,6 +17,7 @@ from _spec_common import (  # noqa: E402
     decode,
     export_weights,
     padded,
+    shifted,
 )
 
 EXPECTED: frozenset[str] = frozenset()
@@ -29,4 +30,4 @@ def build(spec: object) -> SpecAttn:
 
 
 __all__ = ["CORNER", "EXPECTED", "PROTOCOL", "VARIANTS", "build", "cross", "decode",
-           "export_weights", "padded"]
+           "export_weights", "padded", "shifted"]

@@ -41,6 +41,12 @@ class HFDecoderAttention(nn.Module):
         positions = torch.arange(offset, offset + x.size(1), device=x.device)[None]
         return self._run(x, positions, None, cache), cache
 
+    def shifted(self, x: Tensor, offset: int) -> Tensor:
+        """x at positions offset.. with no cache: HF's position ids, as a continued sequence
+        whose earlier tokens are out of sight."""
+        positions = torch.arange(offset, offset + x.size(1), device=x.device)[None]
+        return self._run(x, positions, None, None)
+
     def padded(self, x: Tensor, key_mask: Tensor) -> Tensor:
         """A padded batch as generate() prepares it: the 2-D attention mask, and position ids
         counting real tokens (padding gets 1, as transformers does)."""
@@ -61,6 +67,11 @@ def projections(attn: nn.Module) -> Mapping[str, Tensor]:
 def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
     assert isinstance(module, HFDecoderAttention)
     return module.decode(x, cache, offset)
+
+
+def shifted(module: nn.Module, x: Tensor, offset: int) -> Tensor:
+    assert isinstance(module, HFDecoderAttention)
+    return module.shifted(x, offset)
 
 
 def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:

@@ -1,6 +1,6 @@
 """The reference for every attention spec (protocol v2): GQA/MQA, head sizes of their own,
 sliding windows, scales, soft caps, RoPE and ALiBi, and every inference hook (a cache, key
-padding, queries fewer than keys). It must pass everything."""
+padding, queries fewer than keys, positions from an offset). It must pass everything."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ def export_weights(module: nn.Module) -> Mapping[str, Tensor]:
 def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
     assert isinstance(module, SpecAttention)
     return module.decode(x, cache, offset)  # type: ignore[arg-type]
+
+
+def shifted(module: nn.Module, x: Tensor, offset: int) -> Tensor:
+    assert isinstance(module, SpecAttention)
+    return module.shifted(x, offset)
 
 
 def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
