@@ -101,3 +101,24 @@ def test_the_inference_properties_soaked_clean_on_every_subject_with_hooks() -> 
             assert verdicts[prop]["examples"] >= 2000, (name, prop)
             assert set(verdicts[prop]["drawn"]["dtype"]) == set(report["dtypes"]["cpu"]), name
     assert soak_table.main(str(SOAK / "inference")) == 0
+
+
+SPEC_PROPERTIES = ("gqa_grouping", "relative_position")
+SPEC_SOAKED = ("variants", "hf_llama", "hf_mistral", "batch_position_rounding_v2")
+
+
+def test_gqa_grouping_and_relative_position_soaked_clean() -> None:
+    by_subject: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted((SOAK / "spec").glob("*.seed*.json")):
+        by_subject.setdefault(path.name.split(".seed")[0], []).append(
+            json.loads(path.read_text()))
+    assert sorted(by_subject) == sorted(SPEC_SOAKED)
+    for name, reports in by_subject.items():
+        report = soak_table.merge(reports)
+        assert not report["partial"] and len(report["seeds"]) >= 3, name
+        verdicts = {p["id"]: p for p in report["properties"]}
+        for prop in SPEC_PROPERTIES:
+            assert verdicts[prop]["verdict"] == "pass", (name, prop)
+            assert verdicts[prop]["examples"] >= 2000, (name, prop)
+            assert set(verdicts[prop]["drawn"]["dtype"]) == set(report["dtypes"]["cpu"]), name
+    assert soak_table.main(str(SOAK / "spec")) == 0
