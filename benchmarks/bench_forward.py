@@ -148,6 +148,8 @@ def checks(cfg: Config) -> dict[str, Any]:
                       "measured": f"ratio {ratio_text(r)}; A/A {ratio_text(entry['aa'])}",
                       "status": status(_unmeasurable(r))})
 
+    _spec_checks(cfg, data, timing_rows, goals)
+
     # (c) confirmed: a fresh process with ATTNSPEC_TYPECHECK=0 takes the plain path.
     path_rows = []
     probe_args = ["typecheck-path", "--device", cfg.device, *cfg.probe_args(),
@@ -203,6 +205,56 @@ def checks(cfg: Config) -> dict[str, Any]:
               "what the A/A control moved."),
     ]
     return {"tables": tables, "goals": goals, "data": data}
+
+
+SPEC_CHECK_SHAPE = (8, 256, 768, 12, 4)  # (B, T, C, H, G): GQA with 4 kv heads, RoPE
+
+
+def _spec_checks(cfg: Config, data: dict[str, Any], timing_rows: list[list[str]],
+                 goals: list[dict[str, Any]]) -> None:
+    """SpecAttention (GQA, RoPE) with its steps shape-checked vs the same steps unchecked."""
+    from types import SimpleNamespace
+
+    from attnspec import AttentionSpec, RoPE, SpecAttention
+    from attnspec import _variants as V
+
+    B, T, C, H, G = SPEC_CHECK_SHAPE
+    spec = AttentionSpec(C, H, n_kv_head=G, positions=RoPE())
+    module = SpecAttention(spec).to(cfg.device).eval()
+    x = torch.randn(B, T, C, device=cfg.device)
+    checked = V._STEPS_RUN
+    plain = SimpleNamespace(**{f.__name__: f for f in V._STEPS})
+
+    def plain_enter() -> None:
+        V._STEPS_RUN = plain
+
+    def plain_exit() -> None:
+        V._STEPS_RUN = checked
+
+    rounds, target = _plan(cfg, True, large_rounds=61)
+    variants = {
+        "off": Variant(lambda: module(x), enter=plain_enter, exit=plain_exit),
+        "on": lambda: module(x),
+        "off_aa": Variant(lambda: module(x), enter=plain_enter, exit=plain_exit),
+    }
+    label = f"SpecAttention {SPEC_CHECK_SHAPE} (B, T, C, H, G), RoPE"
+    cfg.log(f"  checks {label}: {rounds} rounds")
+    with torch.no_grad():
+        samples, inner = interleave(variants, rounds=rounds, target_s=target, sync=cfg.sync)
+    V._STEPS_RUN = checked
+    r = paired_ratio(samples["on"], samples["off"])
+    aa = paired_ratio(samples["off_aa"], samples["off"])
+    data[label] = {"rounds": rounds, "inner": inner, "on_over_off": r, "aa": aa,
+                   "seconds": {k: summary(v) for k, v in samples.items()}}
+    for name, text in (("off", "steps unchecked"), ("on", "steps shape-checked (steady)")):
+        timing_rows.append([label, text, us(summary(samples[name])["median"]),
+                            "1" if name == "off" else ratio_text(r), "", f"{rounds}×{inner}"])
+    goals.append({"goal": f"checks on, steady, {label}: <= 2% added",
+                  "measured": f"{(r['median'] - 1) * 100:+.2f}% (IQR {(r['q1'] - 1) * 100:+.2f}% "
+                              f"to {(r['q3'] - 1) * 100:+.2f}%); A/A "
+                              f"{(aa['median'] - 1) * 100:+.2f}%",
+                  "status": status(r["median"] <= LARGE_RATIO_GOAL,
+                                   noisy=abs(aa["median"] - 1) >= (LARGE_RATIO_GOAL - 1) / 2)})
 
 
 # ---- section 2 ------------------------------------------------------------------------------

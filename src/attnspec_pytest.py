@@ -32,10 +32,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--attnspec-device", default="all", choices=DEVICES)
     group.addoption("--attnspec-max-seq", type=int, default=64, metavar="T",
                     help="the longest sequence length drawn (64, at most 4096)")
-    group.addoption("--attnspec-max-heads", type=int, default=8, metavar="H",
-                    help="the most query heads drawn (8, at most 256)")
-    group.addoption("--attnspec-max-head-dim", type=int, default=16, metavar="D",
-                    help="the largest head size drawn (16, at most 1024)")
+    group.addoption("--attnspec-max-heads", type=int, default=32, metavar="H",
+                    help="the most query heads drawn (32, at most 256)")
+    group.addoption("--attnspec-max-head-dim", type=int, default=256, metavar="D",
+                    help="the largest head size drawn (256, at most 1024)")
+    group.addoption("--attnspec-max-width", type=int, default=512, metavar="C",
+                    help="the widest C = H x D drawn (512, at most 16384)")
     group.addoption("--attnspec-seed", type=int, default=None, metavar="N",
                     help="the same seed draws the same examples")
 

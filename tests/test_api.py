@@ -177,22 +177,33 @@ def test_a_message_that_every_property_repeats_is_printed_once() -> None:
     assert "dtype: error: the same message as width." in summary
 
 
-def test_a_kernel_for_head_size_64_is_checked_once_the_sizes_reach_it() -> None:
+def test_a_kernel_for_head_size_64_is_checked_by_default() -> None:
     from types import SimpleNamespace
 
     from attnspec.subjects import sdpa
 
     kernel = SimpleNamespace(__name__="d64", build=sdpa.build, export_weights=sdpa.export_weights,
                              supports=lambda c, h: c // h == 64 and h <= 2)
-    with pytest.raises(attnspec.UsageError, match="supports none of the configurations"):
-        attnspec.verify(kernel, only="oracle", max_examples=3, database=False)
     report = attnspec.verify(kernel, only="oracle", max_examples=5, seed=0, database=False,
-                             max_heads=2, max_head_dim=64, dtypes=["float32"])
+                             dtypes=["float32"])
     assert report.ok, report.summary()
-    assert report.result("oracle").drawn["C"] == [64, 128]
+    assert report.result("oracle").drawn["D"] == [64, 64]
+    with pytest.raises(attnspec.UsageError, match="supports none of the configurations"):
+        attnspec.verify(kernel, only="oracle", max_examples=3, database=False, max_head_dim=32)
+    with pytest.raises(attnspec.UsageError, match="raise max_heads, max_head_dim or max_width"):
+        attnspec.verify(kernel, only="oracle", max_examples=3, database=False, max_width=60)
 
 
-@pytest.mark.parametrize(("option", "value"), [("max_heads", 0), ("max_head_dim", 1025)])
+def test_wide_examples_are_a_share_with_one_row_and_short_sequences() -> None:
+    report = attnspec.verify("attnspec.subjects.reference", only="width", max_examples=60,
+                             seed=0, database=False, isolate=False)
+    drawn = report.result("width").drawn
+    assert drawn["size"]["wide"] >= 5 and drawn["size"]["narrow"] >= 30, drawn
+    assert drawn["H"][1] > 8 and drawn["D"][1] > 16 and drawn["C"][1] <= 512, drawn
+
+
+@pytest.mark.parametrize(("option", "value"), [("max_heads", 0), ("max_head_dim", 1025),
+                                                  ("max_width", 0), ("max_width", 16385)])
 def test_size_bounds_are_checked_and_named(option: str, value: int) -> None:
     with pytest.raises(attnspec.UsageError, match=f"{option}={value}: must be between 1 and"):
         attnspec.verify("attnspec.subjects.sdpa", **{option: value})  # type: ignore[arg-type]

@@ -86,3 +86,14 @@ def test_the_entry_points_choices_are_attnspecs_own() -> None:
 
     assert attnspec_pytest.PROFILES == tuple(PROFILES)
     assert attnspec_pytest.DEVICES == DEVICES
+
+
+def test_the_entry_points_size_defaults_are_attnspecs_own(pytestconfig: pytest.Config) -> None:
+    from attnspec._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH, RunOptions
+
+    defaults = RunOptions()
+    assert (defaults.max_heads, defaults.max_head_dim, defaults.max_width) == (
+        MAX_HEADS, MAX_HEAD_DIM, MAX_WIDTH)
+    assert (pytestconfig.getoption("--attnspec-max-heads"),
+            pytestconfig.getoption("--attnspec-max-head-dim"),
+            pytestconfig.getoption("--attnspec-max-width")) == (MAX_HEADS, MAX_HEAD_DIM, MAX_WIDTH)

@@ -22,7 +22,16 @@ from typing import Any
 import torch
 
 from ._errors import ConfigError, TargetError, UsageError
-from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ_LIMIT, PROFILES, RunOptions
+from ._options import (
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_SEQ_LIMIT,
+    MAX_WIDTH,
+    NARROW_HEAD_DIM,
+    NARROW_HEADS,
+    PROFILES,
+    RunOptions,
+)
 from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
 from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
@@ -125,6 +134,11 @@ class _Coverage:
         self.shapes.add((ex.B, ex.T, ex.C, ex.H))
         if prop == "divisibility":  # only build() runs: no tensor, so no dtype or device
             return
+        low, high = self.ranges.get("D", (ex.D, ex.D))
+        self.ranges["D"] = [min(low, ex.D), max(high, ex.D)]
+        sizes = self.counts.setdefault("size", {})
+        size = "wide" if ex.H > NARROW_HEADS or ex.D > NARROW_HEAD_DIM else "narrow"
+        sizes[size] = sizes.get(size, 0) + 1
         for key in ("dtype", "device"):
             seen = self.counts.setdefault(key, {})
             seen[getattr(ex, key)] = seen.get(getattr(ex, key), 0) + 1
@@ -230,7 +244,7 @@ class Session:
             raise UsageError("isolate=True needs a TARGET string (a path or a dotted module); "
                              f"got {type(target).__name__}.")
         self.isolated = isolate
-        sizes = (options.max_heads, options.max_head_dim)
+        sizes = options.sizes
         self.sizes = sizes
         self.executor: Executor = (Worker(target, timeout=options.timeout, sizes=sizes)
                                    if isolate else InProcess(target, sizes))
@@ -240,8 +254,9 @@ class Session:
             raise UsageError(
                 option="max_head_dim", value=options.max_head_dim,
                 reason=f"the subject supports none of the configurations attnspec draws (H "
-                       f"1..{options.max_heads}, D 1..{options.max_head_dim}, C = H x D); "
-                       "raise max_heads or max_head_dim to reach the sizes it handles.")
+                       f"1..{options.max_heads}, D 1..{options.max_head_dim}, C = H x D <= "
+                       f"{options.max_width}); raise max_heads, max_head_dim or max_width to "
+                       "reach the sizes it handles.")
         self.dtypes = {dev: self._dtypes_for(dev) for dev in self.devices}
         if not any(self.dtypes.values()):
             requested = self.requested_dtypes or []
@@ -288,7 +303,8 @@ class Session:
             "max_examples": self.max_examples, "seed": self.seed,
             "derandomize": self.derandomize, "timeout": self.timeout,
             "max_seq": self.max_seq, "max_heads": self.sizes[0],
-            "max_head_dim": self.sizes[1], "isolated": self.isolated,
+            "max_head_dim": self.sizes[1], "max_width": self.sizes[2],
+            "isolated": self.isolated,
         }
 
     def replay_command(self, prop: str, ex: Example) -> str:
@@ -306,6 +322,7 @@ class Session:
             strategy = self._strategies[prop] = examples(
                 BY_ID[prop], dtypes=self.dtypes, supported=self.info.supported,
                 max_seq=self.max_seq, max_heads=self.sizes[0], max_head_dim=self.sizes[1],
+                max_width=self.sizes[2],
                 variants=self.info.variants if self.info.protocol == 2 else None)
         return data.draw(strategy, label="example")  # type: ignore[no-any-return]
 
@@ -664,7 +681,7 @@ def verify(
     progress: bool | Progress = False, exitfirst: bool = False,
     replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
     on_start: Callable[[Report], None] | None = None, max_seq: int = 64,
-    max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM,
+    max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
 
@@ -684,8 +701,10 @@ def verify(
     - `seed`: the same seed gives the same examples and verdicts.
     - `timeout`: seconds allowed for one example before the worker is killed.
     - `max_seq`: the longest sequence (T) drawn; raise it past a blocked kernel's block size.
-    - `max_heads`, `max_head_dim`: the largest H and D drawn (8 and 16); raise them to reach
-      the sizes kernels specialise on (D = 64, 128, 256 and their neighbours are favoured).
+    - `max_heads`, `max_head_dim`, `max_width`: the largest H, D and C = H x D drawn (32, 256
+      and 512). Three examples in four are narrow (H <= 8, D <= 16); the others range over all
+      of it, favouring the head sizes kernels specialise on (32, 64, 80, 96, 128, 256 and their
+      neighbours), with B = 1 and T up to max(9, max_seq // 8).
     - `report`: a path for the JSON report, written atomically after every property.
     - `exitfirst`: stop after the first property that does not pass.
     - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
@@ -700,7 +719,7 @@ def verify(
     options = RunOptions(device=device, dtypes=None if dtypes is None else tuple(dtypes),
                          profile=profile, max_examples=max_examples, seed=seed,
                          timeout=timeout, max_seq=max_seq, max_heads=max_heads,
-                         max_head_dim=max_head_dim, database=database)
+                         max_head_dim=max_head_dim, max_width=max_width, database=database)
     if replay is not None and len(props) != 1:
         raise UsageError(option="only", value=",".join(props),
                          reason="a replay runs one example of one property: give exactly one.")

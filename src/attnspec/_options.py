@@ -22,13 +22,17 @@ DEVICES = ("cpu", "cuda", "all")
 # B <= 4 and H <= 8 are drawn, so the (B, H, T, T) scores reach 4 * 8 * T * T elements.
 MAX_SEQ_LIMIT = 4096
 
-# The (C, H) generation draws by default: H in 1..MAX_HEADS, D in 1..MAX_HEAD_DIM, C = H * D
-# (max_heads and max_head_dim raise them). The worker asks a subject's `supports` about exactly
-# the pairs a run can draw.
-MAX_HEADS = 8
-MAX_HEAD_DIM = 16
+# The (C, H) generation draws H in 1..MAX_HEADS, D in 1..MAX_HEAD_DIM, with C = H * D at most
+# MAX_WIDTH; most examples are narrow (NARROW_HEADS, NARROW_HEAD_DIM). The worker asks a
+# subject's `supports` about exactly the pairs a run can draw.
+MAX_HEADS = 32
+MAX_HEAD_DIM = 256
+MAX_WIDTH = 512
+NARROW_HEADS = 8
+NARROW_HEAD_DIM = 16
 HEADS_LIMIT = 256
 HEAD_DIM_LIMIT = 1024
+WIDTH_LIMIT = 16384
 
 
 def _whole(value: object) -> bool:
@@ -43,7 +47,8 @@ class RunOptions:
     **Arguments:** as `verify()` takes them: `device` (`"cpu"`, `"cuda"` or `"all"`),
     `dtypes` (None: what the subject claims), `profile`, `max_examples` (overrides the
     profile), `seed`, `timeout` (seconds per request to the worker), `max_seq` (the longest T
-    drawn), `max_heads` and `max_head_dim` (the largest H and D drawn), `database` (False,
+    drawn), `max_heads`, `max_head_dim` and `max_width` (the largest H, D and C = H·D drawn, or
+    the q and o width H·D with a head_dim of its own), `database` (False,
     True for `.hypothesis/attnspec`, or a directory) and `derandomize` (None: where the `CI`
     environment variable is set, unless a seed is given).
     """
@@ -57,6 +62,7 @@ class RunOptions:
     max_seq: int = 64
     max_heads: int = MAX_HEADS
     max_head_dim: int = MAX_HEAD_DIM
+    max_width: int = MAX_WIDTH
     database: bool | str = True
     derandomize: bool | None = None
 
@@ -79,7 +85,8 @@ class RunOptions:
                        f"{MAX_SEQ_LIMIT} one (B, H, T, T) score tensor of the reference is "
                        "already 2 GiB in float32.")
         for name, limit, what in (("max_heads", HEADS_LIMIT, "H, the most query heads drawn"),
-                                  ("max_head_dim", HEAD_DIM_LIMIT, "D, the largest head drawn")):
+                                  ("max_head_dim", HEAD_DIM_LIMIT, "D, the largest head drawn"),
+                                  ("max_width", WIDTH_LIMIT, "C = H x D, the widest drawn")):
             value = getattr(self, name)
             if not _whole(value) or not 1 <= value <= limit:
                 raise UsageError(option=name, value=value,
@@ -96,6 +103,11 @@ class RunOptions:
                     raise UsageError(option="dtypes", value=name,
                                      reason=f"choose from {', '.join(DTYPE_NAMES)}.")
             object.__setattr__(self, "dtypes", dtypes or None)
+
+    @property
+    def sizes(self) -> tuple[int, int, int]:
+        """(max_heads, max_head_dim, max_width): what bounds the (C, H) drawn."""
+        return (self.max_heads, self.max_head_dim, self.max_width)
 
     @property
     def examples(self) -> int:

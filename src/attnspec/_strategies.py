@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ._config import divisors
 from ._errors import ConfigError
-from ._options import MAX_HEAD_DIM, MAX_HEADS
+from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH, NARROW_HEAD_DIM, NARROW_HEADS
 from ._properties import Example, Property
 from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
 
@@ -60,27 +60,56 @@ def head_dims(max_value: int = MAX_HEAD_DIM) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(special), anything) if special else anything
 
 
+# One narrow example in this many is wide (H > NARROW_HEADS or D > NARROW_HEAD_DIM) where the
+# bounds allow: head sizes kernels specialise on, at a cost that grows with C squared.
+NARROW_SHARE = 4
+
+
+def heads_and_dims(max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM,
+                   max_width: int = MAX_WIDTH) -> st.SearchStrategy[tuple[int, int]]:
+    """(H, D) with H·D <= max_width: mostly narrow (H <= 8, D <= 16), else over the whole range
+    with the kernel head sizes favoured."""
+    narrow = st.tuples(st.integers(1, min(NARROW_HEADS, max_heads)),
+                       head_dims(min(NARROW_HEAD_DIM, max_head_dim)))
+    if max_heads <= NARROW_HEADS and max_head_dim <= NARROW_HEAD_DIM:
+        return narrow.filter(lambda hd: hd[0] * hd[1] <= max_width)
+
+    @st.composite
+    def wide(draw: st.DrawFn) -> tuple[int, int]:
+        H = draw(st.integers(1, max_heads).filter(lambda h: h <= max_width))
+        D = draw(head_dims(min(max_head_dim, max_width // H)))
+        return H, D
+
+    return st.one_of(*[narrow] * (NARROW_SHARE - 1), wide()).filter(
+        lambda hd: hd[0] * hd[1] <= max_width)
+
+
+def is_wide(H: int, D: int) -> bool:
+    """Wide examples are drawn with B = 1 and a shorter T (see `examples`)."""
+    return H > NARROW_HEADS or D > NARROW_HEAD_DIM
+
+
 def batch_sizes(*, min_value: int = 1, max_value: int = 4) -> st.SearchStrategy[int]:
     """B."""
     return st.integers(min_value, max_value)
 
 
 def configs(
-    *, max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM,
+    *, max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
     supported: Sequence[tuple[int, int]] | None = None,
 ) -> st.SearchStrategy[tuple[int, int]]:
-    """Valid (C, H) pairs: H in 1..max_heads, D in 1..max_head_dim, C = H * D.
+    """Valid (C, H) pairs: H in 1..max_heads, D in 1..max_head_dim, C = H * D <= max_width.
 
     `supported`, when given, is the subject's own list of (C, H) it handles.
     """
-    pairs = st.tuples(st.integers(1, max_heads), head_dims(max_head_dim)).map(
+    pairs = heads_and_dims(max_heads, max_head_dim, max_width).map(
         lambda hd: (hd[0] * hd[1], hd[0]))
     if supported is None:
         return pairs
     allowed = set(map(tuple, supported))
     if not allowed:
         raise ValueError("the subject supports none of the configurations attnspec draws "
-                         f"(H 1..{max_heads}, D 1..{max_head_dim}).")
+                         f"(H 1..{max_heads}, D 1..{max_head_dim}, C <= {max_width}).")
     return st.one_of(pairs.filter(lambda ch: ch in allowed), st.sampled_from(sorted(allowed)))
 
 
@@ -112,7 +141,8 @@ POSITIONS: tuple[RoPE | ALiBi | None, ...] = (
 
 def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = False,
           need_groups: bool = False, need_rope: bool = False, max_heads: int = MAX_HEADS,
-          max_head_dim: int = MAX_HEAD_DIM) -> st.SearchStrategy[AttentionSpec]:
+          max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
+          ) -> st.SearchStrategy[AttentionSpec]:
     """Attention specs a protocol v2 subject declares (its VARIANTS, in JSON form): fields it
     names vary ("any": over attnspec's range; a list: over it), the others keep defaults.
     `need_groups`: only 1 < n_kv_head < n_head, where grouping can go wrong; `need_rope`: only
@@ -140,30 +170,36 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
     softcap_st = field("softcap", st.one_of(st.none(), st.sampled_from((1.0, 5.0, 30.0))))
     bias_st = field("bias", st.booleans(), default=True)
     own_width = variants.get("head_dim") is not None
-    dims = head_dims(max_head_dim)
+    can_be_wide = max_heads > NARROW_HEADS or max_head_dim > NARROW_HEAD_DIM
+    wide_st = st.integers(1, NARROW_SHARE).map(lambda n: n == NARROW_SHARE)
 
     @st.composite
     def draw(draw: st.DrawFn) -> AttentionSpec:
-        H = draw(st.sampled_from(grouped_heads(variants, max_heads)) if need_groups
-                 else st.integers(1, max_heads))
+        wide = can_be_wide and draw(wide_st)
+        most_heads = max_heads if wide else min(NARROW_HEADS, max_heads)
+        heads = (grouped_heads(variants, most_heads) or grouped_heads(variants, max_heads)
+                 if need_groups else list(range(1, most_heads + 1)))
+        H = draw(st.sampled_from([h for h in heads if h <= max_width] or heads))
+        most_dim = (min(max_head_dim, max(1, max_width // H)) if wide
+                    else min(NARROW_HEAD_DIM, max_head_dim, max(1, max_width // H)))
         positions = draw(positions_st)
         if isinstance(positions, RoPE):  # it turns channel pairs: D among the sizes it can
             rope = positions
-            fits = [d for d in range(1, max_head_dim + 1)
+            fits = [d for d in range(1, most_dim + 1)
                     if rope.rotary_dim(d) >= 2 and rope.rotary_dim(d) % 2 == 0]
             assume(bool(fits))
-            favoured = [d for d in _kernel_sizes(max_head_dim) if d in fits]
+            favoured = [d for d in _kernel_sizes(most_dim) if d in fits]
             D = draw(st.one_of(st.sampled_from(favoured), st.sampled_from(fits)) if favoured
                      else st.sampled_from(fits))
         else:
-            D = draw(dims)
+            D = draw(head_dims(most_dim))
         G = draw(field("n_kv_head", st.sampled_from(divisors(H)), default=H))
         if need_groups:
             assume(G in divisors(H) and 1 < G < H)
         head_dim = None
         C = H * D
         if own_width and draw(st.booleans()):  # q and o widths H·D, unrelated to C
-            head_dim, C = D, draw(st.integers(1, max(128, H * D)))
+            head_dim, C = D, draw(st.integers(1, min(max_width, max(128, H * D))))
         try:
             return AttentionSpec(C, H, n_kv_head=None if G == H else G, head_dim=head_dim,
                                  window=draw(window_st), scale=draw(scale_st),
@@ -188,24 +224,29 @@ def grouped_heads(variants: Mapping[str, Any], max_heads: int) -> list[int]:
 def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
              supported: Sequence[tuple[int, int]] | None, max_seq: int,
              variants: Mapping[str, Any] | None = None, max_heads: int = MAX_HEADS,
-             max_head_dim: int = MAX_HEAD_DIM) -> st.SearchStrategy[Example]:
+             max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
+             ) -> st.SearchStrategy[Example]:
     """Every example `prop` is checked on, as one strategy (built once per run and property).
 
     `dtypes` maps each device to check to its dtypes; `supported` is the subject's (C, H) list;
     `variants`, for a protocol v2 subject, what it lets vary (examples then carry a spec).
+    Wide examples (H > 8 or D > 16) have the fewest rows the property allows and T up to
+    max(9, max_seq // 8): they are there for the head sizes, and cost C squared per row.
     """
     if prop.invalid_configs:
         return invalid_configs().map(lambda ch: Example(B=1, T=1, C=ch[0], H=ch[1]))
     devices = ["cuda"] if prop.needs_cuda else [d for d in dtypes if dtypes[d]]
     by_device = {d: st.sampled_from(list(dtypes[d])) for d in devices}
     device_st = st.sampled_from(devices)
-    config_st = configs(max_heads=max_heads, max_head_dim=max_head_dim,
+    config_st = configs(max_heads=max_heads, max_head_dim=max_head_dim, max_width=max_width,
                         supported=supported) if variants is None else None
     spec_st = None if variants is None else specs(
         variants, max_seq=max_seq, need_window=prop.needs_window, need_groups=prop.needs_groups,
-        need_rope=prop.needs_rope, max_heads=max_heads, max_head_dim=max_head_dim)
+        need_rope=prop.needs_rope, max_heads=max_heads, max_head_dim=max_head_dim,
+        max_width=max_width)
     batch_st = batch_sizes(min_value=prop.min_batch)
     seq_st = seq_lengths(max_value=max_seq)
+    wide_seq = min(max_seq, max(9, max_seq // 8))
     scale_st = st.sampled_from((1.0, 4.0))
     seed_st = st.integers(0, 2**31 - 1)
 
@@ -213,6 +254,9 @@ def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
     def draw(draw: st.DrawFn) -> Example:
         device = draw(device_st)
         dtype = draw(by_device[device])
+        # B and T first: shrinking works on earlier choices first, and most bugs hang on T.
+        B = draw(batch_st)
+        T = draw(seq_st) if not prop.needs_window else 0
         spec = None
         if spec_st is not None:
             spec = draw(spec_st)
@@ -220,10 +264,14 @@ def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
         else:
             assert config_st is not None
             C, H = draw(config_st)
-        B = draw(batch_st)
+        wide = is_wide(H, spec.D if spec is not None else C // H)
+        longest = wide_seq if wide else max_seq
+        if wide:
+            B, T = prop.min_batch, min(T, wide_seq)
         W = spec.window if spec is not None and prop.needs_window else None
-        # The window property needs a key just inside and one just outside: T > W.
-        T = draw(st.integers(W + 1, max_seq) if W is not None and W < max_seq else seq_st)
+        if prop.needs_window:  # a key just inside the window and one just outside: T > W
+            T = draw(st.integers(W + 1, max(W + 1, longest)) if W is not None and W < max_seq
+                     else seq_lengths(max_value=longest))
         cuts = draw(cut_points(T)) if prop.uses_cuts else ()
         scale = draw(scale_st) if prop.scaled_inputs else 1.0
         return Example(B=B, T=T, C=C, H=H, dtype=dtype, device=device, seed=draw(seed_st),

@@ -14,7 +14,16 @@ from types import FrameType
 from typing import Any, TextIO
 
 from ._errors import TargetError, UsageError
-from ._options import DEVICES, PROFILES
+from ._options import (
+    DEVICES,
+    HEAD_DIM_LIMIT,
+    HEADS_LIMIT,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_WIDTH,
+    PROFILES,
+    WIDTH_LIMIT,
+)
 from ._report import PropertyResult, Report, check_report_path, is_stream, printable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -191,7 +200,7 @@ def _name_the_signal(report: Report, name: str) -> bool:
 FLAGS = {"only": "--only", "skip": "--skip", "device": "--device", "dtypes": "--dtype",
          "profile": "--profile", "max_examples": "--max-examples", "seed": "--seed",
          "timeout": "--timeout", "max_seq": "--max-seq", "report": "--report",
-         "max_heads": "--max-heads", "max_head_dim": "--max-head-dim",
+         "max_heads": "--max-heads", "max_head_dim": "--max-head-dim", "max_width": "--max-width",
          "replay": "--replay"}
 """verify()'s parameters, as the command line spells them."""
 
@@ -233,12 +242,16 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--max-seq", type=int, default=64, metavar="T",
                         help="the longest sequence length drawn (64, at most 4096); raise it "
                              "past a blocked kernel's block size")
-    verify.add_argument("--max-heads", type=int, default=8, metavar="H",
-                        help="the most query heads drawn (8, at most 256)")
-    verify.add_argument("--max-head-dim", type=int, default=16, metavar="D",
-                        help="the largest head size drawn (16, at most 1024); 32, 64, 80, 96, "
-                             "128, 256 and their neighbours are favoured where allowed. C = H x D"
-                             " grows with both")
+    verify.add_argument("--max-heads", type=int, default=MAX_HEADS, metavar="H",
+                        help=f"the most query heads drawn ({MAX_HEADS}, at most {HEADS_LIMIT})")
+    verify.add_argument("--max-head-dim", type=int, default=MAX_HEAD_DIM, metavar="D",
+                        help=f"the largest head size drawn ({MAX_HEAD_DIM}, at most "
+                             f"{HEAD_DIM_LIMIT}); 32, 64, 80, 96, 128, 256 and their neighbours "
+                             "are favoured where allowed")
+    verify.add_argument("--max-width", type=int, default=MAX_WIDTH, metavar="C",
+                        help=f"the widest C = H x D drawn ({MAX_WIDTH}, at most {WIDTH_LIMIT}); "
+                             "3 examples in 4 are narrow (H <= 8, D <= 16), the others have "
+                             "B = 1 and T up to max(9, max_seq / 8)")
     verify.add_argument("--report", metavar="FILE.json",
                         help="write a JSON report (atomically; once, plainly, to a device or "
                              "pipe)")
@@ -261,8 +274,9 @@ def _header(session_header: dict[str, Any], target: str) -> str:
             f"devices: {', '.join(session_header['devices'])}  dtypes: {dtypes}\n"
             f"profile: {session_header['profile']} ({session_header['max_examples']} examples "
             f"per property, T up to {session_header['max_seq']}, H up to "
-            f"{session_header.get('max_heads', 8)}, D up to "
-            f"{session_header.get('max_head_dim', 16)}), seed: "
+            f"{session_header.get('max_heads', MAX_HEADS)}, D up to "
+            f"{session_header.get('max_head_dim', MAX_HEAD_DIM)}, C up to "
+            f"{session_header.get('max_width', MAX_WIDTH)}), seed: "
             f"{session_header['seed']}, timeout: {session_header['timeout']:g}s\n")
 
 
@@ -316,7 +330,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
             args.target, only=args.only, skip=args.skip, device=args.device,
             dtypes=dtypes or None, profile=args.profile, max_examples=args.max_examples,
             seed=args.seed, timeout=args.timeout, max_seq=args.max_seq,
-            max_heads=args.max_heads, max_head_dim=args.max_head_dim,
+            max_heads=args.max_heads, max_head_dim=args.max_head_dim, max_width=args.max_width,
             report=None if plain else args.report, progress=progress,
             exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
             on_start=on_start,

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from ._errors import TargetError
 from ._execute import Executed, execute
-from ._options import MAX_HEAD_DIM, MAX_HEADS
+from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
 from ._spawn import spawn, take
 from ._subject import Subject, fault_text
 from ._wire import WireError, decode, encode
@@ -37,9 +37,11 @@ __all__ = ["Executor", "InProcess", "SubjectCrash", "SubjectInfo", "Worker", "gr
 _PARENT_POLL = 0.5
 
 
-def grid(max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM) -> list[tuple[int, int]]:
+def grid(max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM,
+         max_width: int = MAX_WIDTH) -> list[tuple[int, int]]:
     """The (C, H) pairs that generation can draw: `supports` is asked about each once."""
-    return [(h * d, h) for h in range(1, max_heads + 1) for d in range(1, max_head_dim + 1)]
+    return [(h * d, h) for h in range(1, max_heads + 1) for d in range(1, max_head_dim + 1)
+            if h * d <= max_width]
 
 
 class SubjectCrash(Exception):
@@ -69,7 +71,8 @@ class SubjectInfo:
     padding_values: str = "any"
 
     @classmethod
-    def of(cls, subject: Subject, sizes: tuple[int, int] = (MAX_HEADS, MAX_HEAD_DIM),
+    def of(cls, subject: Subject, sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM,
+                                                                  MAX_WIDTH),
            ) -> SubjectInfo:
         import torch
 
@@ -149,7 +152,8 @@ def _answer(conn: Connection) -> None:
     hello = decode(conn.recv_bytes())
     sys.path[:] = [p for p in hello["sys_path"] if isinstance(p, str)]
     target = hello["target"]
-    sizes = (int(hello.get("max_heads", MAX_HEADS)), int(hello.get("max_head_dim", MAX_HEAD_DIM)))
+    sizes = (int(hello.get("max_heads", MAX_HEADS)), int(hello.get("max_head_dim", MAX_HEAD_DIM)),
+             int(hello.get("max_width", MAX_WIDTH)))
     try:
         subject = load_subject(target)
         info = SubjectInfo.of(subject, sizes)
@@ -236,9 +240,9 @@ class Worker:
 
     def __init__(self, target: str, *, timeout: float = 30.0,
                  start_timeout: float = 300.0,
-                 sizes: tuple[int, int] = (MAX_HEADS, MAX_HEAD_DIM)) -> None:
+                 sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM, MAX_WIDTH)) -> None:
         self.target = target
-        self.sizes = sizes  # (max_heads, max_head_dim): the grid `supports` is asked about
+        self.sizes = sizes  # (max_heads, max_head_dim, max_width): the grid `supports` is asked
         self.timeout = timeout
         self.start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
@@ -261,7 +265,8 @@ class Worker:
         try:
             conn.send_bytes(encode({"target": self.target, "sys_path": list(sys.path),
                                     "max_heads": self.sizes[0],
-                                    "max_head_dim": self.sizes[1]}))
+                                    "max_head_dim": self.sizes[1],
+                                    "max_width": self.sizes[2]}))
             loaded = conn.poll(self.start_timeout)
         except BaseException:  # Ctrl-C while the subject loads: leave no worker behind
             self._kill()
@@ -371,7 +376,8 @@ class InProcess:
     fresh tensors.
     """
 
-    def __init__(self, target: Any, sizes: tuple[int, int] = (MAX_HEADS, MAX_HEAD_DIM)) -> None:
+    def __init__(self, target: Any,
+                 sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM, MAX_WIDTH)) -> None:
         from ._subject import load_subject
 
         subject = load_subject(target) if isinstance(target, str) else _subject_from_object(

@@ -30,7 +30,7 @@ _OPTIONS = pytest.StashKey[RunOptions]()
 _FLAGS = {"max_examples": "--attnspec-max-examples", "max_seq": "--attnspec-max-seq",
           "device": "--attnspec-device", "profile": "--attnspec-profile",
           "seed": "--attnspec-seed", "max_heads": "--attnspec-max-heads",
-          "max_head_dim": "--attnspec-max-head-dim"}
+          "max_head_dim": "--attnspec-max-head-dim", "max_width": "--attnspec-max-width"}
 
 
 def subject_targets(config: pytest.Config) -> list[str]:
@@ -60,7 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
             seed=config.getoption("--attnspec-seed"),
             max_seq=config.getoption("--attnspec-max-seq"),
             max_heads=config.getoption("--attnspec-max-heads"),
-            max_head_dim=config.getoption("--attnspec-max-head-dim"))
+            max_head_dim=config.getoption("--attnspec-max-head-dim"),
+            max_width=config.getoption("--attnspec-max-width"))
     except UsageError as error:
         from ._verify_cli import in_flags
 
