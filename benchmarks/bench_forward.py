@@ -83,7 +83,7 @@ def checks(cfg: Config) -> dict[str, Any]:
         bare = build("bare", C, H, cfg.device)
         bare.load_state_dict(module.state_dict())
         x = inputs(B, T, C, cfg.device)
-        cache = module._checked_signatures
+        cache = R._CHECKED_SIGNATURES
 
         def off_enter() -> None:
             R.TYPECHECK = False

@@ -20,6 +20,8 @@ from attnspec._inference import (
     decode_attention,
     decode_step,
     padded_attention,
+    padded_decode_attention,
+    padded_decode_step,
 )
 from attnspec._variants import SpecAttention, spec_attention
 
@@ -219,3 +221,52 @@ def test_a_hook_of_the_wrong_shape_is_named_in_the_error() -> None:
     assert result.verdict == "error", result
     assert (result.message or "").startswith("padded(module, x, key_mask) returned ("), (
         result.message)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe())
+def test_a_left_padded_batch_decoded_gives_each_rows_unpadded_outputs(spec: AttentionSpec,
+                                                                      ) -> None:
+    # Rows of 6 and 3 real tokens, left-padded to 6, then 3 more tokens each, one at a time:
+    # each row must mean what its real tokens alone mean.
+    w = _weights(spec)
+    real = _x(spec, B=2, T=9)
+    lengths = (9, 6)
+    x = torch.full((2, 9, spec.n_embd), float("nan"), dtype=torch.float64)
+    mask = torch.zeros(2, 9, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        x[b, 9 - n:], mask[b, 9 - n:] = real[b, :n], True
+    outs, cache, offset = [], None, 0
+    for size in (6, 1, 1, 1):
+        out, cache = padded_decode_step(x[:, offset:offset + size], w, spec, cache, offset,
+                                        mask[:, :offset + size])
+        outs.append(out)
+        offset += size
+    decoded = torch.cat(outs, 1)
+    chunked = padded_decode_attention(x, w, spec, [6, 1, 1, 1], mask)
+    for b, n in enumerate(lengths):
+        alone = spec_attention(real[b:b + 1, :n], w, spec)[0]
+        assert torch.allclose(decoded[b, 9 - n:], alone, atol=1e-12, rtol=0), b
+        assert torch.allclose(chunked[b, 9 - n:], alone, atol=1e-12, rtol=0), b
+
+
+def test_shared_positions_in_a_padded_decode_are_caught_and_named() -> None:
+    import sys
+    from pathlib import Path
+
+    from attnspec._properties import Context, Example, check_decode
+    from attnspec._worker import InProcess
+
+    sys.path.insert(0, str(Path(__file__).parent / "broken"))
+    try:
+        import decode_positions_shared_left_padded as shared
+    finally:
+        sys.path.pop(0)
+    spec = AttentionSpec(16, 4, n_kv_head=2, positions=RoPE())
+    ex = Example(B=3, T=9, C=16, H=4, seed=1, cuts=(0, 3, 7), spec=spec)
+    outcome = check_decode(Context(InProcess(shared)), ex)
+    assert outcome.kind == "fail", outcome
+    assert "decoding a left-padded batch" in outcome.message
+    assert "position ids shared across the batch" in outcome.message
+    from attnspec.subjects import variants
+
+    assert check_decode(Context(InProcess(variants)), ex).kind == "pass"

@@ -201,6 +201,7 @@ _HOOK_SIGNATURES = {
     "padded": "padded(module, x, key_mask) -> output",
     "cross": "cross(module, x_q, x_kv) -> output, causal from CORNER",
     "shifted": "shifted(module, x, offset) -> output, x's positions starting at offset",
+    "decode_padded": "decode_padded(module, x, key_mask, cache, offset) -> (output, cache)",
 }
 
 

@@ -166,17 +166,24 @@ def _hook(state: Executed, name: str) -> Any:
     return hook
 
 
-def _decode(state: Executed, module: torch.nn.Module, x: Tensor, chunks: list[int]) -> Tensor:
-    """The decode hook over x, chunk by chunk, each against the cache the last one returned."""
-    hook, cache, offset, outs = _hook(state, "decode"), None, 0, []
+def _decode(state: Executed, module: torch.nn.Module, x: Tensor, chunks: list[int],
+            mask: Tensor | None = None) -> Tensor:
+    """The decode hook over x, chunk by chunk, each against the cache the last one returned;
+    with a key mask, the decode_padded hook, given the mask up to the chunk's end."""
+    hook = _hook(state, "decode" if mask is None else "decode_padded")
+    cache, offset, outs = None, 0, []
     B, _, C = x.shape
     for size in chunks:
         piece = x[:, offset:offset + size]
-        call = f"decode(module, x[:, {offset}:{offset + size}], cache, offset={offset})"
+        call = (f"decode(module, x[:, {offset}:{offset + size}], cache, offset={offset})"
+                if mask is None else f"decode_padded(module, x[:, {offset}:{offset + size}], "
+                f"key_mask[:, :{offset + size}], cache, offset={offset})")
 
         def run(piece: Tensor = piece, cache: Any = cache, offset: int = offset) -> Any:
             with torch.no_grad():
-                return hook(module, piece, cache, offset)
+                if mask is None:
+                    return hook(module, piece, cache, offset)
+                return hook(module, piece, mask[:, :offset + piece.size(1)], cache, offset)
 
         result = _call(f"{call} raised", run)
         if not (isinstance(result, tuple) and len(result) == 2):
@@ -238,7 +245,9 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"step {op!r} before any build")
     if op == "decode":
         tokens: Tensor = step["x"].to(state.device)
-        out = _decode(state, module, tokens, [int(n) for n in step["chunks"]])
+        mask = step.get("mask")
+        out = _decode(state, module, tokens, [int(n) for n in step["chunks"]],
+                      None if mask is None else mask.to(device=tokens.device, dtype=torch.bool))
         return {"out": _sendable("decode's output", out), "device": out.device.type}
     if op == "forward":
         x: Tensor = step["x"].to(state.device)

@@ -23,7 +23,8 @@ from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
 from ._variants import heads_of, repeat_kv, turn
 
 __all__ = ["CORNERS", "MASKED_ROWS", "PADDING_VALUES", "Corner", "KVCache", "attend_at",
-           "corner_shift", "cross_attention", "decode_attention", "padded_attention",
+           "corner_shift", "cross_attention", "decode_attention", "decode_step",
+           "padded_attention", "padded_decode_attention", "padded_decode_step",
            "padding_positions"]
 
 Corner = Literal["bottom_right", "top_left"]
@@ -163,3 +164,46 @@ def decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor], spec: 
     out = F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias"))
     return out, (k, v)
 
+
+
+def padded_decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor],
+                       spec: AttentionSpec, cache: KVCache | None, offset: int,
+                       key_mask: Bool[Tensor, "B S"]) -> tuple[Tensor, KVCache]:
+    """`decode_step` on a padded batch: key_mask (B, offset + t) marks the real tokens so far
+    (padding never read); each row's positions count its own real tokens."""
+    mask = key_mask.to(device=x.device, dtype=torch.bool)
+    t = x.size(1)
+    H, G, D = spec.n_head, spec.G, spec.D
+    x0 = x.masked_fill(~mask[:, offset:offset + t, None], 0.0)
+    q, k, v = (_project(x0, weights, "q", H, D), _project(x0, weights, "k", G, D),
+               _project(x0, weights, "v", G, D))
+    pos = padding_positions(mask)
+    q_pos = pos[:, offset:offset + t]
+    if isinstance(spec.positions, RoPE):
+        q, k = rotate_at(q, spec.positions, q_pos), rotate_at(k, spec.positions, q_pos)
+    if cache is not None:
+        k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
+    q_index = torch.arange(offset, offset + t, device=x.device)
+    k_index = torch.arange(k.size(2), device=x.device)
+    y = _core(q, k, v, spec, q_index, k_index, q_pos, pos, mask)
+    return F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias")), (k, v)
+
+
+def padded_decode_attention(x: Float[Tensor, "B T C"], weights: Mapping[str, Tensor],
+                            spec: AttentionSpec, chunks: list[int],
+                            key_mask: Bool[Tensor, "B T"]) -> Float[Tensor, "B T C"]:
+    """`padded_attention` computed chunk by chunk, each chunk's queries on every key so far
+    (recomputed: the runner's yardstick for a padded decode's own discrepancy)."""
+    mask = key_mask.to(device=x.device, dtype=torch.bool)
+    x0 = x.masked_fill(~mask[..., None], 0.0)
+    pos = padding_positions(mask)
+    outs, start = [], 0
+    for size in chunks:
+        end = start + size
+        outs.append(attend_at(x0[:, start:end], x0[:, :end], weights, spec,
+                              q_index=torch.arange(start, end, device=x.device),
+                              k_index=torch.arange(end, device=x.device),
+                              q_pos=pos[:, start:end], k_pos=pos[:, :end],
+                              key_mask=mask[:, :end]))
+        start = end
+    return torch.cat(outs, dim=1)

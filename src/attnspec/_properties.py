@@ -24,7 +24,13 @@ from torch import Tensor
 
 from . import _tolerance as tol
 from ._execute import vjp
-from ._inference import corner_shift, cross_attention, decode_attention, padded_attention
+from ._inference import (
+    corner_shift,
+    cross_attention,
+    decode_attention,
+    padded_attention,
+    padded_decode_attention,
+)
 from ._reference import WEIGHT_KEYS, reference_attention
 from ._spec import AttentionSpec
 from ._subject import dtype_from_name
@@ -630,6 +636,47 @@ def check_decode(ctx: Context, ex: Example) -> Outcome:
                          f"decode discrepancy + floor){_at(index)}; the first position off is "
                          f"{first}: the cache or the position offset is wrong there.",
                          err, allowed, index)
+    hooks = getattr(getattr(ctx.executor, "info", None), "hooks", ())
+    if "decode_padded" in hooks and "padded" in hooks and ex.T >= 3:
+        return _check_padded_decode(ctx, ex)
+    return Outcome(PASS)
+
+
+def _check_padded_decode(ctx: Context, ex: Example) -> Outcome:
+    """A left-padded batch (as generate() prepares one) decoded after a prefill that holds all
+    the padding gives the subject's own padded forward on every real token."""
+    rng = _rng(ex, 15)
+    lengths = [rng.randint(2, ex.T) for _ in range(ex.B)]
+    if all(n == ex.T for n in lengths):
+        lengths[rng.randrange(ex.B)] = rng.randint(2, ex.T - 1)
+    x, mask = _layout(_inputs(ex), lengths, "left", _fill(ex, "random", 6200))
+    prefill = rng.randint(ex.T - min(lengths), ex.T - 1)
+    plan = [prefill] + [1] * (ex.T - prefill)
+    ctx.submit(None, [{"op": "forward", "x": x, "mask": mask},
+                      {"op": "decode", "x": x, "chunks": plan, "mask": mask}])
+    weights = weights_in(_reference_weights(ex), x)
+    with torch.no_grad():
+        whole = padded_attention(x, weights, ex.attention, mask)
+        chunked = padded_decode_attention(x, weights, ex.attention, plan, mask)
+        yard = _worst(_real_rows(chunked, lengths, "left"), _real_rows(whole, lengths, "left"))[0]
+    full, decoded = (r["out"] for r in ctx.collect())
+    _same_layout(full, ex.device, x, ex.device, "padded(module, x, key_mask)")
+    if decoded.shape != full.shape:
+        raise SubjectFault(f"decode_padded gave outputs of shape {tuple(decoded.shape)} in all, "
+                           f"padded {tuple(full.shape)}.")
+    real_full = _real_rows(full, lengths, "left")
+    err, index = _worst(_real_rows(decoded, lengths, "left"), real_full)
+    scale = max((float(t.abs().max()) for t in real_full if t.numel()), default=1.0)
+    allowed = tol.allowed(yard, ex.dtype, scale)
+    if err > allowed:
+        if index is not None:  # (row, position among the row's real tokens, channel)
+            index = (index[0], index[1] + ex.T - lengths[index[0]], *index[2:])
+        return _fail(f"decoding a left-padded batch (real lengths {lengths} of T={ex.T}) with "
+                     f"{_plan_text(plan)} differs from padded(module, x, key_mask) on the real "
+                     f"tokens by {err:.3g} (allowed {allowed:.3g}, {tol.K:g} x the reference's "
+                     f"own discrepancy + floor){_at(index)}: each row's positions must count its "
+                     "own real tokens while decoding too (position ids shared across the batch, "
+                     "or the mask dropped after the prefill?).", err, allowed, index)
     return Outcome(PASS)
 
 

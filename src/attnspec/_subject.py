@@ -65,7 +65,7 @@ class Subject:
     padding_values: str = "any"  # v2: PADDING_VALUES, "finite" where NaN/inf padding may leak
 
 
-HOOKS = ("decode", "padded", "cross", "shifted")
+HOOKS = ("decode", "padded", "cross", "shifted", "decode_padded")
 """Protocol v2's optional inference hooks (docs/design.md): each turns on its properties."""
 
 

@@ -193,6 +193,14 @@ class SpecAttention(nn.Module):
 
         return decode_step(x, self.export_weights(), self.spec, cache, offset)
 
+    def decode_padded(self, x: Tensor, key_mask: Tensor, cache: tuple[Tensor, Tensor] | None,
+                      offset: int) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """`decode` on a padded batch: key_mask (B, offset + t) marks the real tokens so far
+        (left padding in the prefill); positions count each row's real tokens."""
+        from ._inference import padded_decode_step
+
+        return padded_decode_step(x, self.export_weights(), self.spec, cache, offset, key_mask)
+
     def shifted(self, x: Tensor, offset: int) -> Tensor:
         """Forward with x's positions starting at `offset` (RoPE turns by them; ALiBi and the
         rest see only distances, so only rounding may differ from forward)."""

@@ -152,6 +152,25 @@ class SpecAttn(nn.Module):
         qi = torch.arange(offset, offset + x.shape[1], device=x.device)
         return self.attend(q, k, v, qi, kj, qi[None], kj[None], None), (k, v)
 
+    def padded_decode_positions(self, keep: Tensor, offset: int, t: int) -> Tensor:
+        """(B, t): the new tokens' positions, counting each row's real tokens so far."""
+        return (keep.long().cumsum(1) - 1).clamp(min=0)[:, offset:offset + t]
+
+    def decode_padded(self, x: Tensor, keep: Tensor, cache: tuple[Tensor, Tensor] | None,
+                      offset: int) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        t = x.shape[1]
+        x = self.padded_input(x, keep[:, offset:offset + t])
+        q, k, v = self.heads(x)
+        pos = self.padded_decode_positions(keep, offset, t).to(x.device)
+        if isinstance(self.spec.positions, RoPE):
+            q = self.rotate_at(q, self.spec.positions, pos)
+            k = self.rotate_at(k, self.spec.positions, pos)
+        k, v = self.append(cache, k, v)
+        kj = torch.arange(k.shape[2], device=x.device)
+        qi = torch.arange(offset, offset + t, device=x.device)
+        kpos = (keep.long().cumsum(1) - 1).clamp(min=0).to(x.device)
+        return self.attend(q, k, v, qi, kj, pos, kpos, keep.to(x.device)), (k, v)
+
     def shift_positions(self, offset: int, T: int) -> tuple[Tensor, Tensor]:
         """The positions queries and keys are turned by when x starts at `offset`."""
         pos = torch.arange(offset, offset + T)
@@ -208,6 +227,11 @@ def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
 
 def cross(module: nn.Module, x_q: Tensor, x_kv: Tensor) -> Tensor:
     return module.cross(x_q, x_kv)  # type: ignore[operator, no-any-return]
+
+
+def decode_padded(module: nn.Module, x: Tensor, key_mask: Tensor, cache: object, offset: int,
+                  ) -> tuple[Tensor, object]:
+    return module.decode_padded(x, key_mask, cache, offset)  # type: ignore[operator, no-any-return]
 
 
 def shifted(module: nn.Module, x: Tensor, offset: int) -> Tensor:

@@ -48,6 +48,13 @@ def padded(module: nn.Module, x: Tensor, key_mask: Tensor) -> Tensor:
     return nudge_by_position(module.inner.padded(x, key_mask))
 
 
+def decode_padded(module: nn.Module, x: Tensor, key_mask: Tensor, cache: object, offset: int,
+                  ) -> tuple[Tensor, object]:
+    assert isinstance(module, PositionRoundingV2)
+    out, cache = module.inner.decode_padded(x, key_mask, cache, offset)  # type: ignore[arg-type]
+    return nudge_by_position(out), cache
+
+
 def shifted(module: nn.Module, x: Tensor, offset: int) -> Tensor:
     assert isinstance(module, PositionRoundingV2)
     return nudge_by_position(module.inner.shifted(x, offset))

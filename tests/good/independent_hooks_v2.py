@@ -15,6 +15,7 @@ from _spec_common import (  # noqa: E402
     SpecAttn,
     cross,
     decode,
+    decode_padded,
     export_weights,
     padded,
     shifted,
@@ -30,4 +31,4 @@ def build(spec: object) -> SpecAttn:
 
 
 __all__ = ["CORNER", "EXPECTED", "PROTOCOL", "VARIANTS", "build", "cross", "decode",
-           "export_weights", "padded", "shifted"]
+           "decode_padded", "export_weights", "padded", "shifted"]

@@ -41,6 +41,15 @@ class HFDecoderAttention(nn.Module):
         positions = torch.arange(offset, offset + x.size(1), device=x.device)[None]
         return self._run(x, positions, None, cache), cache
 
+    def decode_padded(self, x: Tensor, key_mask: Tensor, cache: DynamicCache | None,
+                      offset: int) -> tuple[Tensor, DynamicCache]:
+        """A left-padded batch decoded as generate() does: the 2-D attention mask of every
+        token so far, and position ids counting each row's real tokens."""
+        cache = DynamicCache(config=self.config) if cache is None else cache
+        attention_mask = key_mask.to(torch.long)
+        positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
+        return self._run(x, positions[:, offset:offset + x.size(1)], attention_mask, cache), cache
+
     def shifted(self, x: Tensor, offset: int) -> Tensor:
         """x at positions offset.. with no cache: HF's position ids, as a continued sequence
         whose earlier tokens are out of sight."""
@@ -67,6 +76,12 @@ def projections(attn: nn.Module) -> Mapping[str, Tensor]:
 def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Tensor, object]:
     assert isinstance(module, HFDecoderAttention)
     return module.decode(x, cache, offset)
+
+
+def decode_padded(module: nn.Module, x: Tensor, key_mask: Tensor, cache: object, offset: int,
+                  ) -> tuple[Tensor, object]:
+    assert isinstance(module, HFDecoderAttention)
+    return module.decode_padded(x, key_mask, cache, offset)  # type: ignore[arg-type]
 
 
 def shifted(module: nn.Module, x: Tensor, offset: int) -> Tensor:

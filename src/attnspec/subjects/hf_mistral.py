@@ -23,6 +23,7 @@ try:
 
     from ._hf import HFDecoderAttention, projections
     from ._hf import decode as decode  # the protocol's hooks, shared
+    from ._hf import decode_padded as decode_padded
     from ._hf import padded as padded
     from ._hf import shifted as shifted
 except ImportError as error:  # the TARGET loader turns this into a one-line exit-2 message

@@ -32,6 +32,12 @@ def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Te
     return module.decode(x, cache, offset)  # type: ignore[arg-type]
 
 
+def decode_padded(module: nn.Module, x: Tensor, key_mask: Tensor, cache: object, offset: int,
+                  ) -> tuple[Tensor, object]:
+    assert isinstance(module, SpecAttention)
+    return module.decode_padded(x, key_mask, cache, offset)  # type: ignore[arg-type]
+
+
 def shifted(module: nn.Module, x: Tensor, offset: int) -> Tensor:
     assert isinstance(module, SpecAttention)
     return module.shifted(x, offset)
