@@ -81,7 +81,7 @@ def decode(module: nn.Module, x: Tensor, cache: object, offset: int) -> tuple[Te
 def decode_padded(module: nn.Module, x: Tensor, key_mask: Tensor, cache: object, offset: int,
                   ) -> tuple[Tensor, object]:
     assert isinstance(module, HFDecoderAttention)
-    return module.decode_padded(x, key_mask, cache, offset)  # type: ignore[arg-type]
+    return module.decode_padded(x, key_mask, cache, offset)
 
 
 def shifted(module: nn.Module, x: Tensor, offset: int) -> Tensor:
