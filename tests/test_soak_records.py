@@ -122,3 +122,23 @@ def test_gqa_grouping_and_relative_position_soaked_clean() -> None:
             assert verdicts[prop]["examples"] >= 2000, (name, prop)
             assert set(verdicts[prop]["drawn"]["dtype"]) == set(report["dtypes"]["cpu"]), name
     assert soak_table.main(str(SOAK / "spec")) == 0
+
+
+def test_the_default_sizes_soaked_clean_on_every_subject() -> None:
+    # The soak of the sizes drawn by default (H up to 32, D up to 256, C up to 512): wide
+    # examples ran on every subject, and nothing failed.
+    by_subject: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted((SOAK / "sizes").glob("*.seed*.json")):
+        by_subject.setdefault(path.name.split(".seed")[0], []).append(
+            json.loads(path.read_text()))
+    assert sorted(by_subject) == sorted((*SUBJECTS, "batch_position_rounding_v2"))
+    for name, reports in by_subject.items():
+        report = soak_table.merge(reports)
+        assert not report["partial"] and len(report["seeds"]) >= 3, name
+        ran = [p for p in report["properties"] if p["verdict"] != "skip"]
+        assert ran and all(p["verdict"] == "pass" for p in ran), name
+        for p in ran:
+            assert p["examples"] >= 750, (name, p["id"])
+            if p["id"] != "divisibility":
+                assert p["drawn"]["size"].get("wide", 0) > 0, (name, p["id"])
+    assert soak_table.main(str(SOAK / "sizes")) == 0
