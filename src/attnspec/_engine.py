@@ -232,7 +232,7 @@ class Session:
         self.max_seq = options.max_seq
         self._crash_shrink_left = _CRASH_SHRINK_SECONDS
         self._passed: dict[str, tuple[_State, float]] = {}  # quick passes the full pass continues
-        self._strategies: dict[str, Any] = {}  # one Hypothesis strategy per property, built once
+        self._strategies: dict[tuple[str, bool], Any] = {}  # per (property, narrow), built once
         # CI services set CI: derandomized and no database, as --profile ci. A --seed still wins.
         ci, database = options.ci, options.database
         self.derandomize = (ci and options.seed is None) if options.derandomize is None \
@@ -315,15 +315,19 @@ class Session:
 
     # ---- drawing examples --------------------------------------------------------------
 
-    def _draw(self, data: Any, prop: str) -> Example:
-        strategy = self._strategies.get(prop)
+    def _draw(self, data: Any, prop: str, narrow: bool = False) -> Example:
+        """One example for `prop`; `narrow`: H <= 8 and D <= 16 only (verify's quick pass,
+        where most bugs show at a fraction of a wide example's cost)."""
+        strategy = self._strategies.get((prop, narrow))
         if strategy is None:
             from ._strategies import examples
 
-            strategy = self._strategies[prop] = examples(
+            heads, dim, width = self.sizes
+            if narrow:
+                heads, dim = min(heads, NARROW_HEADS), min(dim, NARROW_HEAD_DIM)
+            strategy = self._strategies[(prop, narrow)] = examples(
                 BY_ID[prop], dtypes=self.dtypes, supported=self.info.supported,
-                max_seq=self.max_seq, max_heads=self.sizes[0], max_head_dim=self.sizes[1],
-                max_width=self.sizes[2],
+                max_seq=self.max_seq, max_heads=heads, max_head_dim=dim, max_width=width,
                 variants=self.info.variants if self.info.protocol == 2 else None)
         return data.draw(strategy, label="example")  # type: ignore[no-any-return]
 
@@ -574,7 +578,7 @@ class Session:
             return done
 
         def test(data: Any) -> None:
-            ex = self._draw(data, prop)
+            ex = self._draw(data, prop, narrow=stream == "quick")
             if state.first_failure_at is not None:
                 seconds = _SHRINK_SECONDS if state.crash is None else min(
                     _SHRINK_SECONDS, self._crash_shrink_left)
