@@ -86,21 +86,27 @@ HOOKED = {"variants": INFERENCE, "sdpa_lower_right": INFERENCE,
           "hf_mistral": ("decode", "padding_invariance", "masked_rows")}
 
 
-def test_the_inference_properties_soaked_clean_on_every_subject_with_hooks() -> None:
+def _soaked_clean(folder: str, wanted: dict[str, tuple[str, ...]]) -> None:
+    """The records in docs/soak/FOLDER: exactly `wanted`'s subjects, 3 seeds or more, and each
+    of its properties passed on 2,000 examples or more in every CPU dtype the subject claims."""
     by_subject: dict[str, list[dict[str, Any]]] = {}
-    for path in sorted((SOAK / "inference").glob("*.seed*.json")):
+    for path in sorted((SOAK / folder).glob("*.seed*.json")):
         by_subject.setdefault(path.name.split(".seed")[0], []).append(
             json.loads(path.read_text()))
-    assert sorted(by_subject) == sorted(HOOKED)
+    assert sorted(by_subject) == sorted(wanted)
     for name, reports in by_subject.items():
         report = soak_table.merge(reports)
         assert not report["partial"] and len(report["seeds"]) >= 3, name
         verdicts = {p["id"]: p for p in report["properties"]}
-        for prop in HOOKED[name]:
+        for prop in wanted[name]:
             assert verdicts[prop]["verdict"] == "pass", (name, prop)
             assert verdicts[prop]["examples"] >= 2000, (name, prop)
             assert set(verdicts[prop]["drawn"]["dtype"]) == set(report["dtypes"]["cpu"]), name
-    assert soak_table.main(str(SOAK / "inference")) == 0
+    assert soak_table.main(str(SOAK / folder)) == 0
+
+
+def test_the_inference_properties_soaked_clean_on_every_subject_with_hooks() -> None:
+    _soaked_clean("inference", HOOKED)
 
 
 SPEC_PROPERTIES = ("gqa_grouping", "relative_position")
@@ -108,20 +114,7 @@ SPEC_SOAKED = ("variants", "hf_llama", "hf_mistral", "batch_position_rounding_v2
 
 
 def test_gqa_grouping_and_relative_position_soaked_clean() -> None:
-    by_subject: dict[str, list[dict[str, Any]]] = {}
-    for path in sorted((SOAK / "spec").glob("*.seed*.json")):
-        by_subject.setdefault(path.name.split(".seed")[0], []).append(
-            json.loads(path.read_text()))
-    assert sorted(by_subject) == sorted(SPEC_SOAKED)
-    for name, reports in by_subject.items():
-        report = soak_table.merge(reports)
-        assert not report["partial"] and len(report["seeds"]) >= 3, name
-        verdicts = {p["id"]: p for p in report["properties"]}
-        for prop in SPEC_PROPERTIES:
-            assert verdicts[prop]["verdict"] == "pass", (name, prop)
-            assert verdicts[prop]["examples"] >= 2000, (name, prop)
-            assert set(verdicts[prop]["drawn"]["dtype"]) == set(report["dtypes"]["cpu"]), name
-    assert soak_table.main(str(SOAK / "spec")) == 0
+    _soaked_clean("spec", dict.fromkeys(SPEC_SOAKED, SPEC_PROPERTIES))
 
 
 def test_the_default_sizes_soaked_clean_on_every_subject() -> None:

@@ -42,11 +42,15 @@ class SpecAttn(nn.Module):
         T = t.shape[-2]
         return self.rotate_at(t, rope, torch.arange(start, start + T)[None, :])
 
+    def angle_dtype(self, t: Tensor) -> torch.dtype:
+        """Where the rotary angles are computed: float32 or wider."""
+        return torch.float64 if t.dtype == torch.float64 else torch.float32
+
     def rotate_at(self, t: Tensor, rope: RoPE, pos: Tensor) -> Tensor:
         """pos (B or 1, T): each row's own positions."""
         D = t.shape[-1]
         rot = int(D * rope.fraction)
-        exact = torch.float64 if t.dtype == torch.float64 else torch.float32
+        exact = self.angle_dtype(t)
         inv = 1.0 / rope.theta ** (torch.arange(0, rot, 2, dtype=exact) / rot)
         ang = (pos.to(exact)[..., None] * inv)[:, None].to(t.device)  # (B, 1, T, rot / 2)
         cos, sin = ang.cos().to(t.dtype), ang.sin().to(t.dtype)

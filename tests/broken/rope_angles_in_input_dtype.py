@@ -11,20 +11,8 @@ DTYPES = (torch.float32, torch.bfloat16)
 
 
 class AnglesInInputDtype(SpecAttn):
-    def rotate_at(self, t, rope, pos):
-        D = t.shape[-1]
-        rot = int(D * rope.fraction)
-        inv = 1.0 / rope.theta ** (torch.arange(0, rot, 2, dtype=t.dtype) / rot)
-        ang = (pos.to(t.dtype)[..., None] * inv)[:, None].to(t.device)
-        cos, sin = ang.cos(), ang.sin()
-        x, rest = t[..., :rot], t[..., rot:]
-        if rope.interleaved:
-            x1, x2 = x[..., 0::2], x[..., 1::2]
-            out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-        else:
-            x1, x2 = x[..., :rot // 2], x[..., rot // 2:]
-            out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-        return torch.cat((out, rest), dim=-1)
+    def angle_dtype(self, t):
+        return t.dtype
 
 
 def build(spec):
