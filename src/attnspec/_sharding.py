@@ -8,10 +8,19 @@ chunks, rank r holding chunks r and 2W - 1 - r, so that every rank has as much c
 
 from __future__ import annotations
 
-from ._errors import ConfigError
-from ._spec import AttentionSpec
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-__all__ = ["LAYOUTS", "ShardError", "check_shardable", "shard_positions_of"]
+from ._errors import ConfigError
+from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+__all__ = ["LAYOUTS", "ShardError", "check_shardable", "cp_reference", "shard_positions_of",
+           "tp_reference"]
 
 KINDS = ("heads", "positions")
 LAYOUTS = ("head_tail", "contiguous")
@@ -76,3 +85,146 @@ def check_shardable(spec: AttentionSpec, world: int, kind: str, T: int | None = 
         return
     if T is not None:
         shard_positions_of(T, 0, world, layout)
+
+
+# The simulations below run every rank in one process (no torch.distributed): their rounding,
+# against the float64 reference, is the yardstick for a sharded subject in the same dtype.
+# torch is imported inside them, so importing this module stays free of torch.
+
+
+def _alibi_of(H: int, heads: range) -> list[float]:
+    # ALiBi's slope belongs to the global head: local head i of a rank is global head heads[i].
+    return alibi_slopes(H)[heads.start:heads.stop]
+
+
+def tp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
+                 world: int) -> Tensor:
+    """Tensor parallelism over heads, simulated as Megatron and DTensor shard attention (q, k, v
+    column-wise, o row-wise): rank r computes query heads r·H/W .. (r+1)·H/W - 1 with the kv
+    heads they read, and its partial output merged_r @ o_weight[:, cols_r].T without o's bias;
+    the partials are summed in rank order in x's dtype (the all-reduce), then the bias is added
+    once. Everything is in x's dtype (weights must already be); gradients flow.
+
+    ```python
+    tp_reference(x, weights, AttentionSpec(64, 8, n_kv_head=2), world=2)   # ~ spec_attention
+    ```
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from ._reference import attend, merge_heads, softmax_keys
+    from ._variants import heads_of, repeat_kv, rotate, spec_scores
+
+    check_shardable(spec, world, "heads")
+    H, G, D, T = spec.n_head, spec.G, spec.D, x.size(1)
+    h, g = H // world, G // world
+    plain = replace(spec, positions=None)  # ALiBi is added below, with the global heads' slopes
+    ij = torch.arange(T, device=x.device)
+    distance = (ij[:, None] - ij[None, :]).to(x.dtype)
+    total: Tensor | None = None
+    for r in range(world):
+        rows = {"q": slice(r * h * D, (r + 1) * h * D), "k": slice(r * g * D, (r + 1) * g * D)}
+        rows["v"] = rows["k"]
+        q, k, v = (heads_of(F.linear(x, weights[f"{n}_weight"][rows[n]],
+                                     _part(weights.get(f"{n}_bias"), rows[n])), n_, D)
+                   for n, n_ in (("q", h), ("k", g), ("v", g)))
+        if isinstance(spec.positions, RoPE):
+            q, k = rotate(q, spec.positions, 0), rotate(k, spec.positions, 0)
+        scores = spec_scores(q, repeat_kv(k, h), plain)
+        if isinstance(spec.positions, ALiBi):
+            slopes = torch.tensor(_alibi_of(H, range(r * h, (r + 1) * h)), dtype=x.dtype,
+                                  device=x.device)
+            scores = scores - slopes[:, None, None] * distance  # masked keys stay -inf
+        merged = merge_heads(attend(softmax_keys(scores), repeat_kv(v, h)))
+        partial = F.linear(merged, weights["o_weight"][:, rows["q"]])
+        total = partial if total is None else total + partial
+    assert total is not None
+    bias = weights.get("o_bias")
+    return total if bias is None else total + bias
+
+
+def _part(bias: Tensor | None, rows: slice) -> Tensor | None:
+    return None if bias is None else bias[rows]
+
+
+def _block(q: Tensor, k: Tensor, v: Tensor, spec: AttentionSpec, slopes: Tensor | None,
+           q_pos: Tensor, k_pos: Tensor, merge: torch.dtype) -> tuple[Tensor, Tensor]:
+    """One ring step: queries at global positions q_pos on the keys and values held at k_pos;
+    the output (x's dtype) and log-sum-exp (`merge` dtype), zero and -inf where a query sees
+    no key of the block."""
+    import torch
+
+    from ._reference import attend, softmax_keys
+    from ._variants import repeat_kv
+
+    H = q.size(1)
+    k, v = repeat_kv(k, H), repeat_kv(v, H)
+    scores = (q @ k.transpose(-2, -1)) * spec.attn_scale
+    if spec.softcap is not None:
+        scores = spec.softcap * torch.tanh(scores / spec.softcap)
+    if slopes is not None:
+        scores = scores - slopes[:, None, None] * (q_pos[:, None] - k_pos[None, :]).to(
+            scores.dtype)
+    seen = k_pos[None, :] <= q_pos[:, None]
+    if spec.window is not None:
+        seen = seen & (q_pos[:, None] - spec.window < k_pos[None, :])
+    some = seen.any(dim=-1, keepdim=True)
+    # A row that sees nothing gets finite scores, zero weights and -inf lse: no NaN either way.
+    scores = scores.masked_fill(~seen, float("-inf")).masked_fill(~some, 0.0)
+    out = attend(softmax_keys(scores) * some, v)
+    lse = torch.logsumexp(scores.to(merge), dim=-1, keepdim=True)
+    return out, lse.masked_fill(~some, float("-inf"))
+
+
+def cp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, world: int,
+                 layout: str = "head_tail") -> Tensor:
+    """Context parallelism (ring attention) simulated: rank r holds the positions
+    `shard_positions_of(T, r, world, layout)`, projects them with the full weights and rotates
+    them at their global positions; its queries meet every rank's keys and values block by
+    block (ring order: its own first), masked by global positions, and the blocks merge by the
+    online-softmax rule as torch's ring does (in float32 for bfloat16 and float16). The output
+    is (B, T, C) in global order; gradients flow.
+
+    ```python
+    cp_reference(x, weights, AttentionSpec(64, 8, positions=RoPE()), world=2)  # ~ spec_attention
+    ```
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from ._inference import rotate_at
+    from ._reference import merge_heads
+    from ._variants import heads_of
+
+    T = x.size(1)
+    check_shardable(spec, world, "positions", T=T, layout=layout)
+    H, G, D = spec.n_head, spec.G, spec.D
+    merge = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+    slopes = (torch.tensor(alibi_slopes(H), dtype=x.dtype, device=x.device)
+              if isinstance(spec.positions, ALiBi) else None)
+    held = [torch.tensor(shard_positions_of(T, r, world, layout), device=x.device)
+            for r in range(world)]
+    qkv = []
+    for pos in held:
+        q, k, v = (heads_of(F.linear(x[:, pos], weights[f"{n}_weight"], weights.get(f"{n}_bias")),
+                            n_, D) for n, n_ in (("q", H), ("k", G), ("v", G)))
+        if isinstance(spec.positions, RoPE):
+            q, k = rotate_at(q, spec.positions, pos[None]), rotate_at(k, spec.positions, pos[None])
+        qkv.append((q, k, v))
+    shards = []
+    for r in range(world):
+        out, lse = None, None
+        for step in range(world):
+            src = (r - step) % world  # the ring passes keys and values on, one rank per step
+            block, block_lse = _block(qkv[r][0], qkv[src][1], qkv[src][2], spec, slopes,
+                                      held[r], held[src], merge)
+            if out is None or lse is None:
+                out, lse = block.to(merge), block_lse  # its own block: every query sees itself
+            else:  # torch's stable form of exp(lse_b - lse)-weighted sums (ring-flash-attention)
+                out = out - torch.sigmoid(block_lse - lse) * (out - block.to(merge))
+                lse = lse - F.logsigmoid(lse - block_lse)
+        assert out is not None
+        shards.append(merge_heads(out.to(x.dtype)))
+    order = torch.argsort(torch.cat(held))  # rank-order positions back to global order
+    return F.linear(torch.cat(shards, dim=1)[:, order], weights["o_weight"],
+                    weights.get("o_bias"))
