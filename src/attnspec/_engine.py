@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,6 +37,9 @@ from ._report import Progress, PropertyResult, Report, check_report_path, progre
 from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
 from ._subject import clip, default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
+
+if TYPE_CHECKING:
+    from ._gang import Gang
 
 __all__ = ["PROFILES", "PROPERTIES", "RunOptions", "Session", "verify"]
 
@@ -202,6 +205,9 @@ _HOOK_SIGNATURES = {
     "cross": "cross(module, x_q, x_kv) -> output, causal from CORNER",
     "shifted": "shifted(module, x, offset) -> output, x's positions starting at offset",
     "decode_padded": "decode_padded(module, x, key_mask, cache, offset) -> (output, cache)",
+    "shard_heads": "shard_heads(module, mesh) -> module, tensor parallel over heads",
+    "shard_positions": "shard_positions(module, mesh) -> module, context parallel over "
+                       "positions",
 }
 
 
@@ -249,6 +255,10 @@ class Session:
         self.sizes = sizes
         self.executor: Executor = (Worker(target, timeout=options.timeout, sizes=sizes)
                                    if isolate else InProcess(target, sizes))
+        # Ranks for sharded examples, per world size: started at the first such example, kept
+        # for the run (a start costs seconds), always processes (they load TARGET by name).
+        self._gangs: dict[int, Gang] = {}
+        self._rank_target = target if isinstance(target, str) else None
         self.info = self.executor.info
         if self.info.supported is not None and not self.info.supported:
             self.close()
@@ -286,7 +296,25 @@ class Session:
         self.close()
 
     def close(self) -> None:
+        gangs, self._gangs = list(self._gangs.values()), {}
+        for gang in gangs:
+            gang.close()
         self.executor.close()
+
+    def _gang(self, world: int) -> Gang:
+        """The ranks for a sharded example over `world` processes, started once per run."""
+        gang = self._gangs.get(world)
+        if gang is None:
+            from ._gang import Gang
+
+            assert self._rank_target is not None
+            gang = self._gangs[world] = Gang(self._rank_target, world, timeout=self.timeout,
+                                             sizes=self.sizes)
+        return gang
+
+    def _worlds(self) -> list[int]:
+        """The world sizes sharded examples are drawn over: the subject's and the run's."""
+        return sorted(set(self.info.world_sizes) & set(self.options.world_sizes))
 
     def header(self) -> dict[str, Any]:
         import beartype
@@ -305,6 +333,7 @@ class Session:
             "derandomize": self.derandomize, "timeout": self.timeout,
             "max_seq": self.max_seq, "max_heads": self.sizes[0],
             "max_head_dim": self.sizes[1], "max_width": self.sizes[2],
+            "world_sizes": list(self.options.world_sizes),
             "isolated": self.isolated,
         }
 
@@ -328,7 +357,8 @@ class Session:
             strategy = self._strategies[(prop, narrow)] = examples(
                 BY_ID[prop], dtypes=self.dtypes, supported=self.info.supported,
                 max_seq=self.max_seq, max_heads=heads, max_head_dim=dim, max_width=width,
-                variants=self.info.variants if self.info.protocol == 2 else None)
+                variants=self.info.variants if self.info.protocol == 2 else None,
+                worlds=self._worlds(), layout=self.info.cp_layout)
         return data.draw(strategy, label="example")  # type: ignore[no-any-return]
 
     # ---- running -----------------------------------------------------------------------
@@ -355,6 +385,10 @@ class Session:
         if spec.needs_hook is not None and spec.needs_hook not in self.info.hooks:
             return (f"the subject defines no {spec.needs_hook} hook "
                     f"({_HOOK_SIGNATURES[spec.needs_hook]}; docs/design.md, section 3)")
+        if spec.shards is not None:
+            reason = self._shard_skip_reason()
+            if reason is not None:
+                return reason
         if spec.invalid_configs and v2:
             return ("protocol v2 subjects are built only from valid AttentionSpecs, which "
                     "refuse C % H, H % n_kv_head and sizes below 1 themselves")
@@ -362,6 +396,22 @@ class Session:
             return "the subject has no export_weights"
         if spec.needs_cuda and not (self.info.cuda and "cuda" in self.devices):
             return "no CUDA device"
+        return None
+
+    def _shard_skip_reason(self) -> str | None:
+        import torch.distributed as td
+
+        if self._rank_target is None:
+            return ("the TARGET is a Python object: ranks are processes of their own, which "
+                    "load the subject by name (pass a path or a module name)")
+        if not self._worlds():
+            return (f"the subject's WORLD_SIZES {list(self.info.world_sizes)} and this run's "
+                    f"world_sizes {list(self.options.world_sizes)} have no size in common")
+        if not (td.is_available() and td.is_gloo_available()):
+            return "this torch has no torch.distributed with gloo, which sharded examples use"
+        if "cpu" not in self.devices or not self.dtypes.get("cpu"):
+            return ("sharded examples run on CPU ranks (gloo); this run checks "
+                    f"{', '.join(self.devices)} only")
         return None
 
     def _result(self, prop: str, state: _State, seconds: float) -> PropertyResult:
@@ -372,6 +422,9 @@ class Session:
         if state.crash is not None:
             ex, crash = state.crash
             result.verdict, result.message = crash.kind, str(crash)
+            rank = getattr(crash, "rank", None)
+            if rank is not None:
+                result.where = {"rank": rank}
             result.counterexample = ex.to_json()
             result.replay = self.replay_command(prop, ex)
             return result
@@ -467,6 +520,22 @@ class Session:
         if ex.C % ex.H and (ex.spec is None or ex.spec.head_dim is None):
             raise bad(f"C={ex.C} is not divisible by H={ex.H}; only divisibility draws such "
                       "configurations")
+        shards = BY_ID[prop].shards
+        if not whole(data.get("world", 0)):
+            raise bad(f"world must be a whole number, got {data['world']!r}")
+        if shards is None and ex.world:
+            raise bad(f"world={ex.world}, but {prop} runs unsharded: drop the world")
+        if shards is not None:
+            from ._sharding import ShardError, check_shardable
+
+            worlds = self._worlds()
+            if ex.world not in worlds:
+                raise bad(f"world={ex.world}; {prop} runs on {', '.join(map(str, worlds)) or 'no'}"
+                          " ranks here (the subject's WORLD_SIZES and the run's world_sizes)")
+            try:
+                check_shardable(ex.attention, ex.world, shards, ex.T, self.info.cp_layout)
+            except ShardError as error:
+                raise bad(str(error).rstrip(".")) from None
         device = "cuda" if prop == "device_agreement" else ex.device
         if device not in self.dtypes:
             raise bad(f"device {ex.device!r} is not available here; this run has "
@@ -511,9 +580,11 @@ class Session:
     def _one(self, prop: str, ex: Example, state: _State) -> Outcome | None:
         state.examples += 1
         try:
-            outcome = run_check(self.executor, prop, ex)
+            outcome = run_check(self.executor, prop, ex,
+                                self._gang if BY_ID[prop].shards is not None else None)
         except SubjectCrash as bare:
             crash = SubjectCrash(bare.kind, f"{bare} (on {ex.describe()})", ran=bare.ran)
+            crash.rank = getattr(bare, "rank", None)  # type: ignore[attr-defined]
             state.crashes += 1
             # Smaller tries after a timeout could each cost a whole --timeout; after a failed
             # restart they cannot run at all.
@@ -687,6 +758,7 @@ def verify(
     replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
     on_start: Callable[[Report], None] | None = None, max_seq: int = 64,
     max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
+    world_sizes: Sequence[int] = (2, 4),
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
 
@@ -710,6 +782,8 @@ def verify(
       and 512). Three examples in four are narrow (H <= 8, D <= 16); the others range over all
       of it, favouring the head sizes kernels specialise on (32, 64, 80, 96, 128, 256 and their
       neighbours), with B = 1 and T up to max(9, max_seq // 8).
+    - `world_sizes`: the ranks tp_equivalence and cp_equivalence shard over (2 and 4), where
+      the subject's WORLD_SIZES allow them; each rank is a process.
     - `report`: a path for the JSON report, written atomically after every property.
     - `exitfirst`: stop after the first property that does not pass.
     - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
@@ -724,7 +798,8 @@ def verify(
     options = RunOptions(device=device, dtypes=None if dtypes is None else tuple(dtypes),
                          profile=profile, max_examples=max_examples, seed=seed,
                          timeout=timeout, max_seq=max_seq, max_heads=max_heads,
-                         max_head_dim=max_head_dim, max_width=max_width, database=database)
+                         max_head_dim=max_head_dim, max_width=max_width, database=database,
+                         world_sizes=tuple(world_sizes))
     if replay is not None and len(props) != 1:
         raise UsageError(option="only", value=",".join(props),
                          reason="a replay runs one example of one property: give exactly one.")

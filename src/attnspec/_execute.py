@@ -46,6 +46,7 @@ class Executed:
     subject: Subject
     module: torch.nn.Module | None = None
     device: str = "cpu"
+    mesh: Any = None  # a rank's device mesh, handed to the sharding hooks
 
 
 def reset_torch_state() -> None:
@@ -110,7 +111,38 @@ def _build(state: Executed, spec: Mapping[str, Any]) -> None:
         raise _Fault(f"{call} returned {type(module).__name__}, not a torch.nn.Module.")
     _call(f".eval().to({device}, {spec['dtype']}) raised",
           lambda: module.eval().to(device=device, dtype=dtype))
+    if spec.get("shard") is not None:
+        module = _shard(state, module, str(spec["shard"]))
     state.module = module
+
+
+def _shard(state: Executed, module: torch.nn.Module, kind: str) -> torch.nn.Module:
+    """The sharding hook of `kind` applied to the module just built, on this rank's mesh."""
+    from ._subject import SHARD_HOOKS
+
+    name = next(hook for hook, its in SHARD_HOOKS.items() if its == kind)
+    if state.mesh is None:
+        raise RuntimeError(f"the runner asked for {name} outside a gang")
+    rank, world = state.mesh.get_local_rank(), state.mesh.size()
+    call = f"{name}(module, mesh) on rank {rank} of {world}"
+    sharded = _call(f"{call} raised", _hook(state, name), module, state.mesh)
+    if not isinstance(sharded, torch.nn.Module):
+        raise _Fault(f"{call} returned {type(sharded).__name__}, not a torch.nn.Module (the "
+                     "module to call: the one it was given, changed in place, will do).")
+    return sharded
+
+
+def _plain(value: Tensor) -> Tensor:
+    """A sharded module's output as one ordinary tensor: a DTensor gathered in full, an
+    AsyncCollectiveTensor waited for."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        value = value.full_tensor()
+    wait = getattr(value, "wait", None)  # AsyncCollectiveTensor: the all-reduce in flight
+    if callable(wait) and type(value) is not Tensor:
+        value = wait()
+    return value
 
 
 def _tensor_out(out: Any, x: Tensor) -> Tensor:
@@ -270,6 +302,31 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
                 "grad_x": None if grads[0] is None else _sendable("d(output)/d(input)", grads[0]),
                 "params": {n: None if g is None else _sendable(f"d(output)/d({n})", g)
                            for (n, _), g in zip(params, grads[1:], strict=True)}}
+    if op == "sharded_grad":  # one rank's share of a sharded forward and backward
+        x = step["x"].to(state.device).requires_grad_(True)
+        params = _parameters(module)
+        out = _forward(module, x, grad=True)
+        if out.requires_grad:
+            cotangent = step["cotangent"].to(device=out.device, dtype=out.dtype)
+            grads = _call("backward raised", lambda: vjp([out], [x, *(p for _, p in params)],
+                                                         [cotangent]))
+        else:
+            grads = (None,) * (1 + len(params))
+        full = _call("gathering the output raised", lambda: _plain(out.detach()))
+        shared: dict[str, Any] = {"out": _sendable("forward's output", full),
+                                  "device": out.device.type}
+        shared["grad_x"] = None if grads[0] is None else _sendable(
+            "d(output)/d(input)", _call("gathering d(output)/d(input) raised",
+                                        lambda: _plain(grads[0])))
+        layouts, gathered = {}, {}
+        for (name, _), g in zip(params, grads[1:], strict=True):
+            from torch.distributed.tensor import DTensor
+
+            layouts[name] = "dtensor" if isinstance(g, DTensor) else "local"
+            gathered[name] = None if g is None else _sendable(
+                f"d(output)/d({name})", _call(f"gathering d(output)/d({name}) raised",
+                                              lambda g=g: _plain(g)))
+        return {**shared, "params": gathered, "param_layout": layouts}
     if op == "export":
         weights = _export(state.subject, module)
         return {"weights": {k: _sendable(f"export_weights' {k}", v) for k, v in weights.items()},

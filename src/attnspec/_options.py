@@ -33,6 +33,7 @@ NARROW_HEAD_DIM = 16
 HEADS_LIMIT = 256
 HEAD_DIM_LIMIT = 1024
 WIDTH_LIMIT = 16384
+MAX_WORLD = 8  # the most ranks one sharded example runs on: each is a process
 
 
 def _whole(value: object) -> bool:
@@ -50,7 +51,8 @@ class RunOptions:
     drawn), `max_heads`, `max_head_dim` and `max_width` (the largest H, D and C = H·D drawn, or
     the q and o width H·D with a head_dim of its own), `database` (False,
     True for `.hypothesis/attnspec`, or a directory) and `derandomize` (None: where the `CI`
-    environment variable is set, unless a seed is given).
+    environment variable is set, unless a seed is given), `world_sizes` (the ranks sharded
+    examples run on, where the subject's WORLD_SIZES allow them).
     """
 
     device: str = "all"
@@ -65,6 +67,7 @@ class RunOptions:
     max_width: int = MAX_WIDTH
     database: bool | str = True
     derandomize: bool | None = None
+    world_sizes: tuple[int, ...] = (2, 4)
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -91,6 +94,16 @@ class RunOptions:
             if not _whole(value) or not 1 <= value <= limit:
                 raise UsageError(option=name, value=value,
                                  reason=f"must be between 1 and {limit} ({what}).")
+        worlds = (self.world_sizes,) if _whole(self.world_sizes) else self.world_sizes
+        try:
+            worlds = tuple(sorted(set(worlds)))  # type: ignore[arg-type]
+        except TypeError:
+            worlds = ()
+        if not worlds or not all(_whole(w) and 2 <= w <= MAX_WORLD for w in worlds):
+            raise UsageError(option="world_sizes", value=self.world_sizes,
+                             reason=f"must be whole numbers of ranks in 2..{MAX_WORLD} (each "
+                                    "rank of a sharded example is a process of its own).")
+        object.__setattr__(self, "world_sizes", worlds)
         if self.seed is not None and not _whole(self.seed):
             raise UsageError(option="seed", value=self.seed, reason="must be a whole number.")
         if self.device not in DEVICES:

@@ -17,7 +17,7 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -37,6 +37,9 @@ from ._subject import dtype_from_name
 from ._variants import _pipeline, spec_attention
 from ._worker import Executor
 
+if TYPE_CHECKING:
+    from ._gang import Gang
+
 __all__ = ["Context", "Example", "Outcome", "PROPERTIES", "PROPERTY_IDS", "Property",
            "SubjectFault", "run_check"]
 
@@ -55,6 +58,7 @@ class Example:
     cuts: tuple[int, ...] = ()
     scale: float = 1.0
     spec: AttentionSpec | None = None  # protocol v2: the attention drawn (C and H are its own)
+    world: int = 0  # tp/cp_equivalence: the ranks the module is sharded over (0: not sharded)
 
     @property
     def D(self) -> int:
@@ -70,6 +74,8 @@ class Example:
     def to_json(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k != "spec"}
         data["cuts"] = list(self.cuts)
+        if not self.world:  # unsharded examples replay as they always have
+            del data["world"]
         if self.spec is not None:
             data["spec"] = self.spec.to_json()
         return data
@@ -86,8 +92,9 @@ class Example:
         cuts = f", cuts={list(self.cuts)}" if self.cuts else ""
         shape = (self.spec.describe() + f", D={self.D}" if self.spec is not None
                  else f"C={self.C}, H={self.H}, D={self.D}")
+        world = f", world={self.world}" if self.world else ""
         return (f"B={self.B}, T={self.T}, {shape}, "
-                f"dtype={self.dtype}, device={self.device}, seed={self.seed}{cuts}")
+                f"dtype={self.dtype}, device={self.device}, seed={self.seed}{cuts}{world}")
 
     def build(self) -> dict[str, Any]:
         """The worker's build request for this example."""
@@ -130,8 +137,9 @@ class Unsupported(Exception):
 class Context:
     """What a check uses to run the subject: one executor, with the forward calls counted."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, gangs: Callable[[int], Gang] | None = None) -> None:
         self.executor = executor
+        self.gangs = gangs  # world -> the ranks that run sharded examples
         self.forwards = 0
         self.notes: list[str] = []
         self._steps = 0  # steps in the request awaiting collect()
@@ -1094,6 +1102,197 @@ def check_window(ctx: Context, ex: Example) -> Outcome:
     return Outcome(PASS)
 
 
+# ---- sharded: tp_equivalence, cp_equivalence ------------------------------------------------
+
+
+def _rank_fault(answers: Sequence[Mapping[str, Any]]) -> str | None:
+    """The message of the rank to blame when some rank answered with an error: the first whose
+    error is its own, not gloo's word that a peer failed it."""
+    from ._gang import consequence
+
+    faults = [(r, str(a.get("message", a))) for r, a in enumerate(answers)
+              if a.get("kind") not in ("ok", "unsupported")]
+    if not faults:
+        return None
+    world = len(answers)
+    own = [(r, m) for r, m in faults if not consequence(m)]
+    if own:
+        rank, message = own[0]
+        return f"rank {rank} of {world}: {message}"
+    return (f"every rank failed in a collective ({'; '.join(f'rank {r}: {m}' for r, m in faults)}"
+            "): the ranks deadlocked, most likely in mismatched collectives.")
+
+
+def _sharded_yardsticks(ex: Example, x: Tensor, cotangent: Tensor, kind: str, layout: str,
+                        ) -> tuple[float, float, float]:
+    """How far a correctly sharded computation in the example's dtype lands from float64, for
+    the output, the input gradient and the weight gradients: the larger of the reference's and
+    the simulated sharded reference's errors, on attnspec's own weights."""
+    from ._sharding import cp_reference, tp_reference
+
+    spec = ex.attention
+    weights = _reference_weights(ex)
+    dtype = x.dtype
+
+    def run(fn: Callable[..., Tensor], dt: torch.dtype) -> tuple[Tensor, Tensor, list[Tensor]]:
+        with torch.enable_grad():
+            xs = x.to(dt).requires_grad_(True)
+            leaves = {k: v.to(dt).requires_grad_(True) for k, v in weights.items()}
+            out = fn(xs, leaves)
+            grads = vjp([out], [xs, *leaves.values()], [cotangent.to(dt)])
+        gx = torch.zeros_like(xs) if grads[0] is None else grads[0]
+        return out.detach(), gx, [g for g in grads[1:] if g is not None]
+
+    def sharded(xs: Tensor, w: Mapping[str, Tensor]) -> Tensor:
+        if kind == "heads":
+            return tp_reference(xs, w, spec, ex.world)
+        return cp_reference(xs, w, spec, ex.world, layout)
+
+    gold = run(lambda xs, w: spec_attention(xs, w, spec), torch.float64)
+    out_yard = grad_yard = weight_yard = 0.0
+    for fn in (lambda xs, w: spec_attention(xs, w, spec), sharded):
+        out, gx, gw = run(fn, dtype)
+        out_yard = max(out_yard, tol.max_abs_diff(out, gold[0])[0])
+        grad_yard = max(grad_yard, tol.max_abs_diff(gx, gold[1])[0])
+        weight_yard = max([weight_yard, *(tol.max_abs_diff(a, b)[0]
+                                          for a, b in zip(gw, gold[2], strict=True))])
+    return out_yard, grad_yard, weight_yard
+
+
+def _close(what: str, got: Tensor, want: Tensor, own: float, yard: float, ex: Example,
+           ) -> tuple[float, float, tuple[int, ...] | None] | None:
+    """(error, allowed, index) when `got` (sharded) is farther from `want` (unsharded) than two
+    computations each as accurate as the reference in this dtype can be; None when close.
+    `own`: the unsharded subject's own distance from its float64 run."""
+    if got.shape != want.shape:
+        raise SubjectFault(f"{what}: the sharded module gave shape {tuple(got.shape)}, the "
+                           f"unsharded one {tuple(want.shape)}.")
+    err, index = tol.max_abs_diff(got, want)
+    allowed = tol.allowed(2 * max(own, yard), ex.dtype, float(want.abs().max()))
+    return (err, allowed, index) if err > allowed else None
+
+
+def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
+    from ._sharding import shard_positions_of
+
+    if ctx.gangs is None or not ex.world:
+        raise SubjectFault("a sharded example needs ranks; this executor has none.")
+    W, hook = ex.world, "shard_heads" if kind == "heads" else "shard_positions"
+    layout = _info(ctx, "cp_layout", "head_tail")
+    x, cotangent = _inputs(ex, salt=9100), _inputs(ex, salt=9200)
+    held = ([list(range(ex.T))] * W if kind == "heads"
+            else [shard_positions_of(ex.T, r, W, layout) for r in range(W)])
+    build = {**ex.build(), "shard": kind}
+    gang = ctx.gangs(W)
+    gang.submit([{"build": build, "steps": [{"op": "sharded_grad", "x": x[:, idx],
+                                              "cotangent": cotangent[:, idx]}]}
+                 for idx in held])
+    ctx.submit(ex, [{"op": "grad", "x": x, "cotangent": cotangent, "params": True}])
+    try:  # the subject's own float64 run: how far this dtype's rounding takes it
+        (mine,) = ctx.collect()
+        (own64,) = ctx.request(dataclasses.replace(ex, dtype="float64"), [
+            {"op": "grad", "x": x.double(), "cotangent": cotangent.double(), "params": True}])
+        yards = _sharded_yardsticks(ex, x, cotangent, kind, layout)  # while the ranks run
+    finally:
+        answers = gang.collect()
+    if all(a.get("kind") == "unsupported" for a in answers):
+        raise Unsupported(str(answers[0].get("message")))
+    blame = _rank_fault(answers)
+    if blame is not None:
+        raise SubjectFault(f"{hook}(module, mesh) over {W} ranks: {blame}")
+    results = [a["results"][0] for a in answers]
+    if mine["grad_x"] is None:
+        raise SubjectFault("the unsharded module's output does not depend on its input through "
+                           "autograd, so gradients cannot be compared.")
+    shape = tuple(x.shape)
+
+    def assembled(key: str) -> list[tuple[int, Tensor]]:
+        """(rank, the full tensor by that rank): TP ranks each give it all; CP ranks their
+        positions, put back in place."""
+        for r, res in enumerate(results):
+            if res[key] is None:
+                raise SubjectFault(f"rank {r} of {W}: d(output)/d(input) is missing (the "
+                                   "sharded output does not depend on the input).")
+            want = (ex.B, len(held[r]), ex.C)
+            if tuple(res[key].shape) != want:
+                raise SubjectFault(f"rank {r} of {W}: {hook}'s module returned "
+                                   f"{'output' if key == 'out' else 'input gradient'} of shape "
+                                   f"{tuple(res[key].shape)} for input {want}.")
+        if kind == "heads":
+            return [(r, res[key]) for r, res in enumerate(results)]
+        whole = torch.empty(shape, dtype=results[0][key].dtype)
+        for idx, res in zip(held, results, strict=True):
+            whole[:, idx] = res[key]
+        return [(-1, whole)]
+
+    def owner(index: tuple[int, ...] | None) -> int:
+        if index is None or kind == "heads":
+            return -1
+        return next(r for r, idx in enumerate(held) if index[1] in idx)
+
+    def failure(what: str, r: int, found: tuple[float, float, tuple[int, ...] | None],
+                ) -> Outcome:
+        err, allowed, index = found
+        r = owner(index) if r < 0 else r
+        who = f"rank {r} of {W}" if r >= 0 else f"{W} ranks"
+        where = _where(index) or {}
+        if r >= 0:
+            where["rank"] = r
+        layout_note = f", {layout} layout" if kind == "positions" else ""
+        return Outcome("fail", f"{what} sharded over {who} ({hook}{layout_note}) differs from "
+                       f"the unsharded module's by {err:.3g}, allowed {allowed:.3g}"
+                       f"{_at(index)}.", err, allowed, where or None)
+
+    for key, what, yard in (("out", "the output", yards[0]),
+                            ("grad_x", "d(output)/d(input)", yards[1])):
+        own = tol.max_abs_diff(mine[key], own64[key])[0]
+        for r, got in assembled(key):
+            found = _close(what, got, mine[key], own, yard, ex)
+            if found is not None:
+                return failure(what.capitalize() if key == "out" else what, r, found)
+    notes = []
+    for name, want in mine["params"].items():
+        if want is None:
+            continue
+        own = tol.max_abs_diff(want, own64["params"][name])[0]
+        grads = [(r, res["params"].get(name), res.get("param_layout", {}).get(name, "local"))
+                 for r, res in enumerate(results)]
+        if any(g is None for _, g, _ in grads):
+            r = next(r for r, g, _ in grads if g is None)
+            return Outcome("fail", f"d(output)/d({name}) is missing on rank {r} of {W} under "
+                           f"{hook}, though the unsharded module has it.", where={"rank": r})
+        if kind == "positions" and all(lay == "local" for _, _, lay in grads):
+            total = sum((g.double() for _, g, _ in grads), torch.zeros(()))
+            candidates = [(-1, total)]  # each rank's share of a replicated weight's gradient
+        elif any(tuple(g.shape) != tuple(want.shape) for _, g, _ in grads):
+            notes.append(f"{name} is sharded without DTensor: its gradient is not compared")
+            continue
+        else:
+            candidates = [(r, g) for r, g, _ in grads]
+        for r, got in candidates:
+            found = _close(f"d(output)/d({name})", got, want, own, yards[2], ex)
+            if found is not None:
+                err, allowed, _ = found
+                who = f"rank {r} of {W}" if r >= 0 else f"the sum over {W} ranks"
+                return Outcome("fail", f"d(output)/d({name}, shape {tuple(want.shape)}) by "
+                               f"{who} under {hook} differs from the unsharded module's by "
+                               f"{err:.3g}, allowed {allowed:.3g}.", err, allowed,
+                               {"rank": r} if r >= 0 else None)
+    return Outcome(PASS, notes=notes)
+
+
+def check_tp_equivalence(ctx: Context, ex: Example) -> Outcome:
+    """shard_heads' module, on every rank, gives the unsharded module's output, input gradient
+    and weight gradients, within what sharded rounding explains."""
+    return _check_sharded(ctx, ex, "heads")
+
+
+def check_cp_equivalence(ctx: Context, ex: Example) -> Outcome:
+    """shard_positions' module, each rank given its positions of the layout, gives the
+    unsharded module's outputs and gradients there; weight gradients sum over the ranks."""
+    return _check_sharded(ctx, ex, "positions")
+
+
 @dataclass(frozen=True)
 class Property:
     """One property: its stable id, what it needs from the subject and the draw, its check."""
@@ -1110,6 +1309,7 @@ class Property:
     needs_hook: str | None = None  # a protocol v2 inference hook: decode, padded or cross
     needs_groups: bool = False  # draws only specs with 1 < n_kv_head < n_head (protocol v2)
     needs_rope: bool = False  # draws only specs with rotary positions (protocol v2)
+    shards: str | None = None  # heads or positions: draws a world, runs on that many ranks
 
 
 PROPERTIES: tuple[Property, ...] = (
@@ -1134,14 +1334,18 @@ PROPERTIES: tuple[Property, ...] = (
     Property("causal_corner", check_causal_corner, needs_hook="cross"),
     Property("relative_position", check_relative_position, needs_hook="shifted",
              needs_rope=True),
+    Property("tp_equivalence", check_tp_equivalence, needs_hook="shard_heads", shards="heads"),
+    Property("cp_equivalence", check_cp_equivalence, needs_hook="shard_positions",
+             shards="positions"),
 )
 PROPERTY_IDS: tuple[str, ...] = tuple(p.id for p in PROPERTIES)
 BY_ID: dict[str, Property] = {p.id: p for p in PROPERTIES}
 
 
-def run_check(executor: Executor, prop: str, ex: Example) -> Outcome:
+def run_check(executor: Executor, prop: str, ex: Example,
+              gangs: Callable[[int], Gang] | None = None) -> Outcome:
     """Run one property on one example; the subject's faults become `error` outcomes."""
-    ctx = Context(executor)
+    ctx = Context(executor, gangs)
     try:
         outcome = BY_ID[prop].check(ctx, ex)
     except SubjectFault as fault:

@@ -141,12 +141,13 @@ POSITIONS: tuple[RoPE | ALiBi | None, ...] = (
 
 def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = False,
           need_groups: bool = False, need_rope: bool = False, max_heads: int = MAX_HEADS,
-          max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
+          max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH, heads_per: int = 1,
           ) -> st.SearchStrategy[AttentionSpec]:
     """Attention specs a protocol v2 subject declares (its VARIANTS, in JSON form): fields it
     names vary ("any": over attnspec's range; a list: over it), the others keep defaults.
     `need_groups`: only 1 < n_kv_head < n_head, where grouping can go wrong; `need_rope`: only
-    rotary positions."""
+    rotary positions; `heads_per`: only n_head and n_kv_head it divides (tensor parallelism
+    over that many ranks)."""
     def field(name: str, anything: st.SearchStrategy[Any], default: Any = None,
               ) -> st.SearchStrategy[Any]:
         values = variants.get(name)
@@ -179,6 +180,9 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
         most_heads = max_heads if wide else min(NARROW_HEADS, max_heads)
         heads = (grouped_heads(variants, most_heads) or grouped_heads(variants, max_heads)
                  if need_groups else list(range(1, most_heads + 1)))
+        if heads_per > 1:
+            heads = [h for h in range(1, max_heads + 1) if h % heads_per == 0 and
+                     (h <= most_heads or h == heads_per)]
         H = draw(st.sampled_from([h for h in heads if h <= max_width] or heads))
         most_dim = (min(max_head_dim, max(1, max_width // H)) if wide
                     else min(NARROW_HEAD_DIM, max_head_dim, max(1, max_width // H)))
@@ -193,7 +197,10 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
                      else st.sampled_from(fits))
         else:
             D = draw(head_dims(most_dim))
-        G = draw(field("n_kv_head", st.sampled_from(divisors(H)), default=H))
+        kv_heads = [g for g in divisors(H) if g % heads_per == 0]
+        G = draw(field("n_kv_head", st.sampled_from(kv_heads), default=H))
+        if heads_per > 1:
+            assume(G % heads_per == 0)
         if need_groups:
             assume(G in divisors(H) and 1 < G < H)
         head_dim = None
@@ -221,10 +228,45 @@ def grouped_heads(variants: Mapping[str, Any], max_heads: int) -> list[int]:
             if any(1 < G < H for G in divisors(H) if declared == "any" or G in declared)]
 
 
+# Sharded examples start W processes' worth of work each: a few rows, short sequences.
+SHARDED_MAX_BATCH = 2
+SHARDED_MAX_SEQ = 32
+
+
+def sharded_examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]], max_seq: int,
+                     variants: Mapping[str, Any], worlds: Sequence[int], layout: str,
+                     max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM,
+                     max_width: int = MAX_WIDTH) -> st.SearchStrategy[Example]:
+    """Examples for tp_equivalence (n_head and n_kv_head divisible by the world) and
+    cp_equivalence (T divisible by the world's chunks in `layout`), CPU only."""
+    heads = prop.shards == "heads"
+    by_world = {w: specs(variants, max_seq=max_seq, max_heads=max(max_heads, w),
+                         max_head_dim=max_head_dim, max_width=max_width,
+                         heads_per=w if heads else 1) for w in worlds}
+    dtype_st = st.sampled_from(list(dtypes["cpu"]))
+    longest = min(max_seq, SHARDED_MAX_SEQ)
+
+    @st.composite
+    def draw(draw: st.DrawFn) -> Example:
+        dtype = draw(dtype_st)
+        W = draw(st.sampled_from(list(worlds)))
+        B = draw(st.integers(1, SHARDED_MAX_BATCH))
+        chunks = 1 if heads else (2 * W if layout == "head_tail" else W)
+        T = chunks * draw(st.integers(1, max(1, longest // chunks)))
+        if heads:
+            T = draw(seq_lengths(max_value=longest))
+        spec = draw(by_world[W])
+        return Example(B=B, T=T, C=spec.n_embd, H=spec.n_head, dtype=dtype, device="cpu",
+                       seed=draw(st.integers(0, 2**31 - 1)), spec=spec, world=W)
+
+    return draw()
+
+
 def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
              supported: Sequence[tuple[int, int]] | None, max_seq: int,
              variants: Mapping[str, Any] | None = None, max_heads: int = MAX_HEADS,
              max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
+             worlds: Sequence[int] = (), layout: str = "head_tail",
              ) -> st.SearchStrategy[Example]:
     """Every example `prop` is checked on, as one strategy (built once per run and property).
 
@@ -235,6 +277,11 @@ def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
     """
     if prop.invalid_configs:
         return invalid_configs().map(lambda ch: Example(B=1, T=1, C=ch[0], H=ch[1]))
+    if prop.shards is not None:
+        assert variants is not None and worlds, "sharded properties are protocol 2's"
+        return sharded_examples(prop, dtypes=dtypes, max_seq=max_seq, variants=variants,
+                                worlds=worlds, layout=layout, max_heads=max_heads,
+                                max_head_dim=max_head_dim, max_width=max_width)
     devices = ["cuda"] if prop.needs_cuda else [d for d in dtypes if dtypes[d]]
     by_device = {d: st.sampled_from(list(dtypes[d])) for d in devices}
     device_st = st.sampled_from(devices)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ._errors import ConfigError, TargetError
+from ._options import MAX_WORLD
 
 __all__ = ["Subject", "clip", "default_dtypes", "fault_text", "load_subject", "split_target"]
 
@@ -63,10 +64,17 @@ class Subject:
     corner: str = "bottom_right"  # v2: CORNER, where cross's causal diagonal sits
     masked_rows: str = "zero"  # v2: MASKED_ROWS, what a query with no visible key gives
     padding_values: str = "any"  # v2: PADDING_VALUES, "finite" where NaN/inf padding may leak
+    world_sizes: tuple[int, ...] = (2, 4)  # v2: WORLD_SIZES, the ranks its sharding hooks take
+    cp_layout: str = "head_tail"  # v2: CP_LAYOUT, which positions shard_positions' ranks hold
 
 
-HOOKS = ("decode", "padded", "cross", "shifted", "decode_padded")
-"""Protocol v2's optional inference hooks (docs/design.md): each turns on its properties."""
+HOOKS = ("decode", "padded", "cross", "shifted", "decode_padded", "shard_heads",
+         "shard_positions")
+"""Protocol v2's optional hooks (docs/design.md): each turns on its properties."""
+
+SHARD_HOOKS = {"shard_heads": "heads", "shard_positions": "positions"}
+"""The sharding hooks and the kind of sharding each does (`_sharding.KINDS`)."""
+
 
 
 def split_target(target: str) -> tuple[str, str | None]:
@@ -204,6 +212,26 @@ def _hooks(obj: Any, target: str, protocol: int,
     return hooks, values[0], values[1], values[2]
 
 
+def sharding_of(obj: Any, target: str) -> tuple[tuple[int, ...], str]:
+    """A subject's WORLD_SIZES and CP_LAYOUT, checked; a bad value is a TargetError."""
+    from ._sharding import LAYOUTS
+
+    sizes = getattr(obj, "WORLD_SIZES", (2, 4))
+    try:
+        worlds = tuple(sorted(set(sizes)))
+    except TypeError:
+        worlds = ()
+    if not worlds or not all(isinstance(w, int) and not isinstance(w, bool)
+                             and 2 <= w <= MAX_WORLD for w in worlds):
+        raise TargetError(f"TARGET {target!r}: WORLD_SIZES = {sizes!r}; it must be a sequence of "
+                          f"whole numbers of ranks in 2..{MAX_WORLD}, such as (2, 4).")
+    layout = getattr(obj, "CP_LAYOUT", "head_tail")
+    if layout not in LAYOUTS:
+        raise TargetError(f"TARGET {target!r}: CP_LAYOUT = {layout!r}; it must be one of "
+                          f"{', '.join(map(repr, LAYOUTS))} (attnspec.shard_positions_of).")
+    return worlds, str(layout)
+
+
 def load_subject(target: str) -> Subject:
     """Import TARGET and check that it provides the protocol; `TargetError` says what is wrong."""
     if not isinstance(target, str) or not target.strip():
@@ -250,8 +278,10 @@ def load_subject(target: str) -> Subject:
                               f"checks {', '.join(DTYPE_NAMES)}.")
     name = getattr(obj, "__name__", None) or type(obj).__name__
     hooks, corner, masked_rows, padding_values = _hooks(obj, target, protocol)
+    world_sizes, cp_layout = sharding_of(obj, target)
     return Subject(hooks=hooks, corner=corner, masked_rows=masked_rows,
-                   padding_values=padding_values, target=target,
+                   padding_values=padding_values, world_sizes=world_sizes, cp_layout=cp_layout,
+                   target=target,
                    name=str(name), build=build,
                    export_weights=_optional(obj, "export_weights", target),
                    supports=_optional(obj, "supports", target), dtypes=dtypes,

@@ -201,7 +201,7 @@ FLAGS = {"only": "--only", "skip": "--skip", "device": "--device", "dtypes": "--
          "profile": "--profile", "max_examples": "--max-examples", "seed": "--seed",
          "timeout": "--timeout", "max_seq": "--max-seq", "report": "--report",
          "max_heads": "--max-heads", "max_head_dim": "--max-head-dim", "max_width": "--max-width",
-         "replay": "--replay"}
+         "replay": "--replay", "world_sizes": "--world-sizes"}
 """verify()'s parameters, as the command line spells them."""
 
 
@@ -214,6 +214,11 @@ def in_flags(error: BaseException, flags: dict[str, str]) -> str:
     shown = (f"{value:g}" if isinstance(value, float) else repr(value)
              if option == "report" or value == "" else str(value))
     return f"{flags[option]} {shown}: {getattr(error, 'reason', '')}"
+
+
+def _world_sizes(text: str) -> tuple[Any, ...]:
+    """--world-sizes 2,4 as whole numbers where they are; RunOptions says what is wrong."""
+    return tuple(int(w) if w.strip().isdigit() else w.strip() for w in text.split(","))
 
 
 def add_verify_parser(sub: Any) -> None:
@@ -252,6 +257,9 @@ def add_verify_parser(sub: Any) -> None:
                         help=f"the widest C = H x D drawn ({MAX_WIDTH}, at most {WIDTH_LIMIT}); "
                              "3 examples in 4 are narrow (H <= 8, D <= 16), the others have "
                              "B = 1 and T up to max(9, max_seq / 8)")
+    verify.add_argument("--world-sizes", default="2,4", metavar="W,...",
+                        help="the ranks tp_equivalence and cp_equivalence shard over (2,4), "
+                             "where the subject's WORLD_SIZES allow; each rank is a process")
     verify.add_argument("--report", metavar="FILE.json",
                         help="write a JSON report (atomically; once, plainly, to a device or "
                              "pipe)")
@@ -331,7 +339,8 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
             dtypes=dtypes or None, profile=args.profile, max_examples=args.max_examples,
             seed=args.seed, timeout=args.timeout, max_seq=args.max_seq,
             max_heads=args.max_heads, max_head_dim=args.max_head_dim, max_width=args.max_width,
-            report=None if plain else args.report, progress=progress,
+            world_sizes=_world_sizes(args.world_sizes), report=None if plain else args.report,
+            progress=progress,
             exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
             on_start=on_start,
         )

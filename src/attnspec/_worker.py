@@ -69,6 +69,8 @@ class SubjectInfo:
     corner: str = "bottom_right"
     masked_rows: str = "zero"
     padding_values: str = "any"
+    world_sizes: tuple[int, ...] = (2, 4)
+    cp_layout: str = "head_tail"
 
     @classmethod
     def of(cls, subject: Subject, sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM,
@@ -88,7 +90,8 @@ class SubjectInfo:
                    supported=supported, cuda=torch.cuda.is_available(),
                    protocol=subject.protocol, variants=subject.variants,
                    hooks=tuple(subject.hooks), corner=subject.corner,
-                   masked_rows=subject.masked_rows, padding_values=subject.padding_values)
+                   masked_rows=subject.masked_rows, padding_values=subject.padding_values,
+                   world_sizes=subject.world_sizes, cp_layout=subject.cp_layout)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SubjectInfo:
@@ -103,7 +106,9 @@ class SubjectInfo:
                    hooks=tuple(str(h) for h in data.get("hooks", ())),
                    corner=str(data.get("corner", "bottom_right")),
                    masked_rows=str(data.get("masked_rows", "zero")),
-                   padding_values=str(data.get("padding_values", "any")))
+                   padding_values=str(data.get("padding_values", "any")),
+                   world_sizes=tuple(int(w) for w in data.get("world_sizes", (2, 4))),
+                   cp_layout=str(data.get("cp_layout", "head_tail")))
 
 
 class Executor(Protocol):
@@ -164,8 +169,19 @@ def _answer(conn: Connection) -> None:
         conn.send_bytes(encode({"kind": "target_error", "message":
                                 f"TARGET {target!r} failed to load: {fault_text(error)}"}))
         return
-    conn.send_bytes(encode({"kind": "ready", "info": asdict(info)}))
     state = Executed(subject)
+    if hello.get("dist") is not None:  # a rank of a gang: join its process group first
+        from ._gang import join
+
+        rank = hello["dist"].get("rank")
+        try:
+            state.mesh = join(hello["dist"])
+        except BaseException as error:  # noqa: BLE001 - said to the runner, which decides
+            conn.send_bytes(encode({"kind": "target_error", "message":
+                                    f"rank {rank} could not join the process group: "
+                                    f"{fault_text(error)}"}))
+            return
+    conn.send_bytes(encode({"kind": "ready", "info": asdict(info)}))
     while True:
         request = decode(conn.recv_bytes())
         if request.get("stop"):
@@ -416,7 +432,7 @@ class InProcess:
 def _subject_from_object(obj: Any) -> Subject:
     import torch
 
-    from ._subject import _hooks, dtype_name, protocol_of
+    from ._subject import _hooks, dtype_name, protocol_of, sharding_of
 
     build = getattr(obj, "build", None) or (obj if callable(obj) else None)
     if build is None or not callable(build):
@@ -427,7 +443,9 @@ def _subject_from_object(obj: Any) -> Subject:
     name = getattr(obj, "__name__", type(obj).__name__)
     protocol, variants = protocol_of(obj, str(name))
     hooks, corner, masked_rows, padding_values = _hooks(obj, str(name), protocol)
+    world_sizes, cp_layout = sharding_of(obj, str(name))
     return Subject(target=str(name), name=str(name), build=build, hooks=hooks, corner=corner,
+                   world_sizes=world_sizes, cp_layout=cp_layout,
                    masked_rows=masked_rows, padding_values=padding_values,
                    export_weights=getattr(obj, "export_weights", None),
                    supports=getattr(obj, "supports", None), dtypes=dtypes,

@@ -30,7 +30,8 @@ _OPTIONS = pytest.StashKey[RunOptions]()
 _FLAGS = {"max_examples": "--attnspec-max-examples", "max_seq": "--attnspec-max-seq",
           "device": "--attnspec-device", "profile": "--attnspec-profile",
           "seed": "--attnspec-seed", "max_heads": "--attnspec-max-heads",
-          "max_head_dim": "--attnspec-max-head-dim", "max_width": "--attnspec-max-width"}
+          "max_head_dim": "--attnspec-max-head-dim", "max_width": "--attnspec-max-width",
+          "world_sizes": "--attnspec-world-sizes"}
 
 
 def subject_targets(config: pytest.Config) -> list[str]:
@@ -51,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from ._errors import UsageError
     from ._options import RunOptions
+    from ._verify_cli import _world_sizes
 
     try:
         config.stash[_OPTIONS] = RunOptions(
@@ -61,7 +63,8 @@ def pytest_configure(config: pytest.Config) -> None:
             max_seq=config.getoption("--attnspec-max-seq"),
             max_heads=config.getoption("--attnspec-max-heads"),
             max_head_dim=config.getoption("--attnspec-max-head-dim"),
-            max_width=config.getoption("--attnspec-max-width"))
+            max_width=config.getoption("--attnspec-max-width"),
+            world_sizes=_world_sizes(config.getoption("--attnspec-world-sizes")))
     except UsageError as error:
         from ._verify_cli import in_flags
 

@@ -10,13 +10,18 @@
 - `hf_mistral`: transformers' `MistralAttention` with HF's sliding-window mask (protocol v2).
 - `hf_bloom`: transformers' `BloomAttention`, ALiBi (protocol v2).
 - `sdpa_lower_right`: torch's SDPA with `causal_lower_right`: a cache, padding, Tq < Tk (v2).
+- `reference_tp`: the reference sharded over heads with DTensor tensor parallelism (v2,
+  `shard_heads`).
+- `reference_ring`: ring attention over torch's ring (private API) with the CPU flash kernel,
+  positions sharded head-tail (v2, `shard_positions`; RoPE, no window, soft cap or ALiBi).
 
 Every protocol v2 built-in but `hf_mistral` and `hf_bloom` has inference hooks: `variants` all
 three, `hf_llama` decode (its DynamicCache) and padded, `sdpa_lower_right` all three.
 """
 
 BUILTIN = ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2", "variants",
-           "hf_llama", "hf_mistral", "hf_bloom", "sdpa_lower_right")
+           "hf_llama", "hf_mistral", "hf_bloom", "sdpa_lower_right", "reference_tp",
+           "reference_ring")
 """Every built-in subject, in the order reports and tables list them."""
 
 EXTRAS = {"hf_gpt2": "transformers", "hf_llama": "transformers", "hf_mistral": "transformers",

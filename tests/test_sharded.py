@@ -1,0 +1,247 @@
+"""Sharded attention: the protocol's sharding hooks, the ranks (a supervised gang of worker
+processes in one gloo group on 127.0.0.1), tp_equivalence and cp_equivalence.
+
+The fast tests need no process; the slow ones start ranks at world size 2 only (CI's share:
+4 ranks are the catalogue's and the conformance run's).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import attnspec
+from attnspec._engine import Session
+from attnspec._errors import TargetError, UsageError
+from attnspec._gang import Gang, consequence
+from attnspec._options import RunOptions
+from attnspec._properties import Example, _rank_fault
+from attnspec._sharding import shard_positions_of
+from attnspec._spec import AttentionSpec
+from attnspec._subject import load_subject
+
+HERE = Path(__file__).parent
+GOOD = HERE / "good" / "sharded_gather.py"
+FAULTY = HERE / "faulty" / "rank_fails.py"
+
+
+# ---- without processes -------------------------------------------------------------------
+
+
+def test_an_unsharded_example_replays_as_before_and_a_sharded_one_names_its_world() -> None:
+    plain = Example(B=1, T=4, C=8, H=2)
+    assert "world" not in plain.to_json()
+    sharded = Example(B=1, T=8, C=8, H=2, spec=AttentionSpec(8, 2), world=2)
+    assert sharded.to_json()["world"] == 2
+    assert Example.from_json(sharded.to_json()) == sharded
+    assert sharded.describe().endswith("world=2")
+
+
+@pytest.mark.parametrize(("attrs", "message"), [
+    ("WORLD_SIZES = (1, 2)", "WORLD_SIZES = (1, 2); it must be a sequence of whole numbers of "
+                             "ranks in 2..8"),
+    ("WORLD_SIZES = 2", "WORLD_SIZES = 2; it must be a sequence"),
+    ("CP_LAYOUT = 'zigzag'", "CP_LAYOUT = 'zigzag'; it must be one of 'head_tail', "
+                             "'contiguous'"),
+])
+def test_bad_sharding_declarations_are_target_errors(tmp_path: Path, attrs: str,
+                                                     message: str) -> None:
+    path = tmp_path / "subject.py"
+    path.write_text(f"PROTOCOL = 2\n{attrs}\ndef build(spec): pass\n"
+                    "def shard_heads(module, mesh): return module\n")
+    with pytest.raises(TargetError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_subject(str(path))
+
+
+def test_sharding_hooks_are_protocol_2_hooks(tmp_path: Path) -> None:
+    path = tmp_path / "subject.py"
+    path.write_text("def build(n_embd, n_head): pass\ndef shard_heads(module, mesh): pass\n")
+    with pytest.raises(TargetError, match="defines shard_heads, which are protocol 2 hooks"):
+        load_subject(str(path))
+    subject = load_subject(str(GOOD))
+    assert set(subject.hooks) == {"shard_heads", "shard_positions"}
+    assert (subject.world_sizes, subject.cp_layout) == ((2, 4), "head_tail")
+
+
+@pytest.mark.parametrize("sizes", [(1,), (2, 9), (), ("2",)])
+def test_world_sizes_option_is_checked(sizes: tuple[Any, ...]) -> None:
+    with pytest.raises(UsageError, match=r"world_sizes=.*whole numbers of ranks in 2\.\.8"):
+        RunOptions(world_sizes=sizes)
+    assert RunOptions(world_sizes=(4, 2, 2)).world_sizes == (2, 4)
+
+
+def test_the_rank_to_blame_is_the_one_whose_error_is_its_own() -> None:
+    gloo = ("[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:16257")
+    assert consequence(gloo) and consequence("Timed out waiting 3000ms for recv operation")
+    answers = [{"kind": "error", "message": gloo},
+               {"kind": "error", "message": "forward raised: ValueError: no kernel"},
+               {"kind": "stopped", "message": "stopped after another rank failed"}]
+    assert _rank_fault(answers) == "rank 1 of 3: forward raised: ValueError: no kernel"
+    both_gloo = [{"kind": "error", "message": gloo}, {"kind": "error", "message": gloo}]
+    assert "deadlocked" in str(_rank_fault(both_gloo))
+    assert _rank_fault([{"kind": "ok"}, {"kind": "ok"}]) is None
+
+
+def test_a_replayed_sharded_example_is_validated() -> None:
+    with Session(str(GOOD), RunOptions(world_sizes=(2,)), isolate=False) as session:
+        spec = AttentionSpec(12, 6).to_json()
+        good = {"B": 1, "T": 8, "C": 12, "H": 6, "spec": spec, "world": 2}
+        assert session.replay_example("tp_equivalence", good).world == 2
+        cases = {
+            ("tp_equivalence", 4): "world=4; tp_equivalence runs on 2 ranks here",
+            ("cp_equivalence", 2, 6): "T=6 cannot be split over world=2 in the head_tail "
+                                      "layout: it needs T % 4 == 0",
+            ("width", 2): "world=2, but width runs unsharded: drop the world",
+        }
+        for key, message in cases.items():
+            data = {**good, "world": key[1]} | ({"T": key[2]} if len(key) > 2 else {})
+            with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+                session.replay_example(key[0], data)
+        with pytest.raises(UsageError, match="n_head=3 and n_kv_head=3 are not divisible by "
+                                             "world=2"):
+            session.replay_example("tp_equivalence", {**good, "C": 12, "H": 3,
+                                                      "spec": AttentionSpec(12, 3).to_json()})
+
+
+def test_a_python_object_target_skips_the_sharded_properties() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sharded_gather_object", GOOD)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    report = attnspec.verify(module, only="tp_equivalence,cp_equivalence", max_examples=2,
+                             database=False)
+    assert [p.verdict for p in report.properties] == ["skip", "skip"]
+    assert "a Python object" in report.properties[0].message
+
+
+# ---- ranks ----------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _listening(pids: list[int]) -> list[str]:
+    """The local addresses (hex, as /proc/net/tcp* gives them) these processes listen on."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.append(fields[1])
+    return found
+
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ranks_join_on_loopback_only_and_none_outlives_close() -> None:
+    gang = Gang(str(GOOD), 2, timeout=30)
+    gang.start()
+    pids = gang.pids
+    try:
+        addresses = _listening([os.getpid(), *pids])
+        assert addresses, "no listener found: the store and gloo must listen somewhere"
+        loopback = ("0100007F:", "00000000000000000000FFFF0100007F:")  # 127.0.0.1, v4 in v6
+        assert all(a.startswith(loopback) for a in addresses), addresses
+        x = torch.randn(1, 4, 8, dtype=torch.float64)
+        build = {"n_embd": 8, "n_head": 2, "seed": 1, "dtype": "float64", "device": "cpu",
+                 "spec": AttentionSpec(8, 2).to_json(), "shard": "positions"}
+        answers = gang.run([{"build": build, "steps": [{
+            "op": "sharded_grad", "x": x[:, shard_positions_of(4, r, 2)],
+            "cotangent": x[:, shard_positions_of(4, r, 2)]}]} for r in range(2)])
+        assert [a["kind"] for a in answers] == ["ok", "ok"]
+        assert answers[0]["results"][0]["out"].shape == (1, 2, 8)
+    finally:
+        gang.close()
+    deadline = time.monotonic() + 5
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_alive, pids))
+
+
+@pytest.mark.slow
+def test_the_reference_sharders_and_a_plain_double_pass() -> None:
+    for target, prop in ((GOOD, "tp_equivalence"), (GOOD, "cp_equivalence"),
+                         ("attnspec.subjects.reference_tp", "tp_equivalence"),
+                         ("attnspec.subjects.reference_ring", "cp_equivalence")):
+        report = attnspec.verify(str(target), only=prop, max_examples=4, seed=3,
+                                 world_sizes=(2,), database=False, isolate=False)
+        result = report.result(prop)
+        assert result.verdict == "pass" and result.examples == 4, report.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fault", "verdict", "says"), [
+    ("die", "crash", "rank 1 of 2 killed its process (exit code 3)"),
+    ("hang", "timeout", "rank 1 of 2 gave no answer within --timeout 3 s"),
+    ("raise", "error", "rank 1 of 2: forward raised on input of shape (2, 4, 8)"),
+])
+def test_a_failing_rank_is_named_and_the_ranks_restart(
+    fault: str, verdict: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ATTNSPEC_RANK_FAULT", fault)
+    monkeypatch.setenv("ATTNSPEC_RANK_PIDS", str(tmp_path))
+    spec = AttentionSpec(8, 2)
+    ex = Example(B=2, T=4, C=8, H=2, seed=5, spec=spec, world=2)
+    # One example each (a replay: no shrinking, whose every try restarts the ranks). The rank
+    # that fails tp_equivalence is named; cp_equivalence then runs on restarted ranks.
+    with Session(str(FAULTY), RunOptions(world_sizes=(2,), timeout=3)) as session:
+        tp = session.replay("tp_equivalence", ex)
+        cp = session.replay("cp_equivalence", ex)
+    assert tp.verdict == verdict and says in tp.message, tp
+    assert not tp.message.startswith("rank 0"), tp.message  # never the peer's gloo error
+    if verdict != "error":
+        assert tp.where == {"rank": 1}
+    assert cp.verdict == "pass", cp
+    pids = [int(p.name) for p in tmp_path.iterdir()]
+    assert pids and not any(map(_alive, pids)), pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ranks_die_with_a_killed_runner(tmp_path: Path) -> None:
+    env = {**os.environ, "ATTNSPEC_RANK_FAULT": "hang", "ATTNSPEC_RANK_PIDS": str(tmp_path)}
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "attnspec", "verify", str(FAULTY), "--only", "tp_equivalence",
+         "--world-sizes", "2", "--timeout", "60", "--no-database"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pids = [int(p.name) for p in tmp_path.iterdir()]
+        assert len(pids) == 2 and all(map(_alive, pids))
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(10)
+        deadline = time.monotonic() + 5
+        while any(map(_alive, pids)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_alive, pids)), "a rank outlived its runner"
+    finally:
+        runner.kill()
+        runner.wait()
