@@ -19,8 +19,9 @@ ROOT = Path(__file__).parent.parent
 PUBLIC = [
     "ALiBi", "AttentionConfig", "AttentionSpec", "AttentionWeights", "AttnspecError",
     "CausalSelfAttention", "ConfigError", "DivisibilityError", "HeadTensor", "PROPERTIES",
-    "Report", "Residual", "RoPE", "ShapeError", "ShapeTrace", "SpecAttention", "TargetError",
-    "UsageError", "divisors", "plot_heads", "trace", "typecheck_enabled", "verify",
+    "Report", "Residual", "RoPE", "ShapeError", "ShapeTrace", "ShardError", "SpecAttention",
+    "TargetError", "UsageError", "check_shardable", "divisors", "plot_heads",
+    "shard_positions_of", "trace", "typecheck_enabled", "verify",
 ]
 
 
@@ -42,7 +43,7 @@ def test_builtin_subjects_are_pinned() -> None:
 
     assert subjects.BUILTIN == ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2",
                                 "variants", "hf_llama", "hf_mistral", "hf_bloom",
-                                "sdpa_lower_right")
+                                "sdpa_lower_right", "reference_tp", "reference_ring")
 
 
 def test_property_ids_are_designs_contract() -> None:
@@ -50,7 +51,7 @@ def test_property_ids_are_designs_contract() -> None:
         "width", "dtype", "divisibility", "causality", "prefix", "batch_independence",
         "determinism", "input_unchanged", "finite", "oracle", "oracle_grad", "grad_causality",
         "device_agreement", "window", "gqa_grouping", "decode", "padding_invariance",
-        "masked_rows", "causal_corner", "relative_position")
+        "masked_rows", "causal_corner", "relative_position", "tp_equivalence", "cp_equivalence")
 
 
 def test_verify_accepts_a_module_object_in_process() -> None:

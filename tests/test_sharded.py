@@ -106,8 +106,7 @@ def test_a_replayed_sharded_example_is_validated() -> None:
             data = {**good, "world": key[1]} | ({"T": key[2]} if len(key) > 2 else {})
             with pytest.raises(UsageError, match=message.replace("(", r"\(")):
                 session.replay_example(key[0], data)
-        with pytest.raises(UsageError, match="n_head=3 and n_kv_head=3 are not divisible by "
-                                             "world=2"):
+        with pytest.raises(UsageError, match="n_head=3 is not divisible by world=2"):
             session.replay_example("tp_equivalence", {**good, "C": 12, "H": 3,
                                                       "spec": AttentionSpec(12, 3).to_json()})
 
@@ -184,9 +183,14 @@ def test_ranks_join_on_loopback_only_and_none_outlives_close() -> None:
     assert not any(map(_alive, pids))
 
 
+ROUNDING = HERE / "good" / "_sharded_rounding.py"
+
+
 @pytest.mark.slow
-def test_the_reference_sharders_and_a_plain_double_pass() -> None:
-    for target, prop in ((GOOD, "tp_equivalence"), (GOOD, "cp_equivalence"),
+def test_the_reference_sharders_and_the_doubles_pass() -> None:
+    # The double that rounds by batch position (as another CPU may): float64, where the
+    # allowance is tightest. The plain double is in the catalogue's good subjects.
+    for target, prop in ((ROUNDING, "tp_equivalence"), (ROUNDING, "cp_equivalence"),
                          ("attnspec.subjects.reference_tp", "tp_equivalence"),
                          ("attnspec.subjects.reference_ring", "cp_equivalence")):
         report = attnspec.verify(str(target), only=prop, max_examples=4, seed=3,

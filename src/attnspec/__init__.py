@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from ._reference import CausalSelfAttention as CausalSelfAttention
     from ._reference import HeadTensor as HeadTensor
     from ._reference import Residual as Residual
+    from ._sharding import ShardError as ShardError
+    from ._sharding import check_shardable as check_shardable
+    from ._sharding import shard_positions_of as shard_positions_of
     from ._report import Report as Report
     from ._spec import ALiBi as ALiBi
     from ._spec import AttentionSpec as AttentionSpec
@@ -47,6 +50,8 @@ _LAZY = {
     "HeadTensor": "._reference", "Residual": "._reference", "Report": "._report",
     "ShapeTrace": "._trace", "typecheck_enabled": "._typecheck", "AttentionSpec": "._spec",
     "RoPE": "._spec", "ALiBi": "._spec", "SpecAttention": "._variants",
+    "ShardError": "._sharding", "check_shardable": "._sharding",
+    "shard_positions_of": "._sharding",
 }
 
 

@@ -30,6 +30,9 @@ class ShardError(ConfigError):
     """A spec, length or world that cannot be sharded as asked (n_head % world, T % 2·world)."""
 
 
+ShardError.__module__ = "attnspec"  # tracebacks name it where users import it from
+
+
 def _check_world(world: int) -> None:
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise ShardError(f"world={world!r}: the number of ranks must be a whole number >= 1.")
@@ -73,7 +76,9 @@ def check_shardable(spec: AttentionSpec, world: int, kind: str, T: int | None = 
                          "'positions' (context parallel).")
     if kind == "heads":
         H, G = spec.n_head, spec.G
-        bad = [f"{name}={n}" for name, n in (("n_head", H), ("n_kv_head", G)) if n % world]
+        # Without grouped heads n_kv_head is n_head: naming it twice would only confuse.
+        named = (("n_head", H),) if spec.n_kv_head is None else (("n_head", H), ("n_kv_head", G))
+        bad = [f"{name}={n}" for name, n in named if n % world]
         if bad:
             works = _worlds((H, G))
             raise ShardError(
