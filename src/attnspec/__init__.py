@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from ._reference import CausalSelfAttention as CausalSelfAttention
     from ._reference import HeadTensor as HeadTensor
     from ._reference import Residual as Residual
+    from ._report import Report as Report
     from ._sharding import ShardError as ShardError
     from ._sharding import check_shardable as check_shardable
     from ._sharding import shard_positions_of as shard_positions_of
-    from ._report import Report as Report
     from ._spec import ALiBi as ALiBi
     from ._spec import AttentionSpec as AttentionSpec
     from ._spec import RoPE as RoPE
