@@ -39,6 +39,16 @@ def catalogue(session: nox.Session) -> None:
 
 
 @nox.session
+def distributed(session: nox.Session) -> None:
+    """Sharded attention: tests/test_sharded.py, then tp_equivalence and cp_equivalence on the
+    sharded built-ins, the good doubles and the sharded catalogue, over 2 and 4 ranks (not in
+    CI, which runs tests/test_sharded.py and the catalogue at 2 ranks in `tests`)."""
+    session.install(*CONSTRAINTS, "-e", ".[test]")
+    session.run("pytest", "tests/test_sharded.py", "tests/test_sharding.py", *session.posargs)
+    session.run("python", "scripts/sharded_check.py", *session.posargs)
+
+
+@nox.session
 def trace(session: nox.Session) -> None:
     """Print the lesson's shape trace: (2, 5, 12) -> (2, 3, 5, 4) -> (2, 5, 12)."""
     session.install(*CONSTRAINTS, "-e", ".")

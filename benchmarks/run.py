@@ -9,6 +9,7 @@ Sections (docs/benchmarks.md explains each and how to read the numbers):
   verify   3. verdict speed: attnspec.verify on each built-in subject, per property
   broken   4. time to reject each deliberately broken subject in tests/broken/
   scaling  5. verify time of the reference as the largest generated T grows
+  sharded  6. ranks' start-up and one tp_equivalence / cp_equivalence example (CPU, gloo)
 
 Writes PREFIX.md (tables) and PREFIX.json (everything, with the machine); PREFIX defaults to
 benchmarks/results (benchmarks/results-cuda with --device cuda). Both are rewritten after every
@@ -42,18 +43,20 @@ SECTIONS: dict[str, str] = {
     "verify": "3. Verdict speed on the built-in subjects",
     "broken": "4. Time to reject the broken subjects",
     "scaling": "5. Verify time as the largest T grows",
+    "sharded": "6. Sharded examples",
 }
 ALIASES = {str(i): name for i, name in enumerate(SECTIONS, start=1)}
 
 
 def _section(name: str) -> Callable[[Config], dict[str, Any]]:
     import bench_forward
+    import bench_sharded
     import bench_verify
 
     functions: dict[str, Callable[[Config], dict[str, Any]]] = {
         "checks": bench_forward.checks, "kernels": bench_forward.kernels,
         "verify": bench_verify.verify_speed, "broken": bench_verify.broken,
-        "scaling": bench_verify.scaling,
+        "scaling": bench_verify.scaling, "sharded": bench_sharded.sharded,
     }
     return functions[name]
 
@@ -70,7 +73,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                              "when torch sees no GPU)")
     parser.add_argument("--only", action="append", metavar="SECTION",
                         help="run only these sections (repeat or comma-separate): "
-                             + ", ".join(SECTIONS) + " (or 1-5)")
+                             + ", ".join(SECTIONS) + " (or 1-6)")
     parser.add_argument("--rejection-only", action="store_true",
                         help="section 4 (broken) times exitfirst once per module, no full "
                              "verifies: the goal's figure in a few minutes")
@@ -86,7 +89,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         for item in value.split(","):
             item = ALIASES.get(item.strip(), item.strip())
             if item not in SECTIONS:
-                parser.error(f"--only {item!r}: choose from {', '.join(SECTIONS)} (or 1-5)")
+                parser.error(f"--only {item!r}: choose from {', '.join(SECTIONS)} (or 1-6)")
             if item not in chosen:
                 chosen.append(item)
     args.sections = [s for s in SECTIONS if s in chosen] if chosen else list(SECTIONS)
