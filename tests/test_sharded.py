@@ -249,3 +249,12 @@ def test_ranks_die_with_a_killed_runner(tmp_path: Path) -> None:
     finally:
         runner.kill()
         runner.wait()
+
+
+def test_the_verdict_table_names_the_world_and_the_rank() -> None:
+    from attnspec._report import _short
+
+    ce = Example(B=1, T=8, C=8, H=2, spec=AttentionSpec(8, 2), world=2).to_json()
+    assert _short(ce, {"b": 0, "t": 3, "c": 1, "rank": 1}).endswith(
+        "float32 cpu world=2 rank 1")
+    assert "world" not in _short(Example(B=1, T=8, C=8, H=2).to_json(), None)

@@ -437,7 +437,8 @@ class Session:
             result.where = outcome.where
             result.counterexample = ex.to_json()
             result.replay = self.replay_command(prop, ex)
-            if state.largest is not None and state.largest[1] is not outcome:
+            if state.largest is not None and state.largest[1] is not outcome \
+                    and state.largest[0] != ex:  # the same example again says nothing new
                 big_ex, big = state.largest
                 result.largest = {"measured": big.measured, "allowed": big.allowed,
                                   "message": big.message, "example": big_ex.to_json(),

@@ -1234,12 +1234,12 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
                 ) -> Outcome:
         err, allowed, index = found
         r = owner(index) if r < 0 else r
-        who = f"rank {r} of {W}" if r >= 0 else f"{W} ranks"
+        who = f"rank {r} of {W}" if r >= 0 else f"{W} ranks"  # r < 0: no position to blame
         where = _where(index) or {}
         if r >= 0:
             where["rank"] = r
         layout_note = f", {layout} layout" if kind == "positions" else ""
-        return Outcome("fail", f"{what} sharded over {who} ({hook}{layout_note}) differs from "
+        return Outcome("fail", f"{what} on {who} ({hook}{layout_note}) differs from "
                        f"the unsharded module's by {err:.3g}, allowed {allowed:.3g}"
                        f"{_at(index)}.", err, allowed, where or None)
 

@@ -327,6 +327,10 @@ def _short(ce: dict[str, Any], where: dict[str, Any] | None) -> str:
             value = value.get("kind", "?") + ("-interleaved" if value.get("interleaved") else "")
         text += f" {key}={value}"
     text += f" {ce['dtype']} {ce['device']}"
+    if ce.get("world"):
+        text += f" world={ce['world']}"
+    if where and "rank" in where:
+        text += f" rank {where['rank']}"
     if where and "cut" in where:
         text += f" cut t={where['cut']}"
     return text
