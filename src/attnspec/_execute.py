@@ -302,6 +302,15 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
                 "grad_x": None if grads[0] is None else _sendable("d(output)/d(input)", grads[0]),
                 "params": {n: None if g is None else _sendable(f"d(output)/d({n})", g)
                            for (n, _), g in zip(params, grads[1:], strict=True)}}
+    if op == "shard_refuses":  # the sharding hook, on a spec the world does not divide
+        name = str(step["hook"])
+        try:
+            _hook(state, name)(module, state.mesh)
+        except BaseException as error:
+            if not _subject_error(error):
+                raise
+            return {"raised": True, "message": fault_text(error)}
+        return {"raised": False}
     if op == "sharded_grad":  # one rank's share of a sharded forward and backward
         x = step["x"].to(state.device).requires_grad_(True)
         params = _parameters(module)

@@ -274,6 +274,10 @@ class Gang:
             self._kill()
         return answers
 
+    def restart_later(self) -> None:
+        """Start fresh ranks for the next request (this group's state is not to be trusted)."""
+        self._kill()
+
     def run(self, requests: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         self.submit(requests)
         return self.collect()

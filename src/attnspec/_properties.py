@@ -1281,10 +1281,43 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
     return Outcome(PASS, notes=notes)
 
 
+def _check_refusal(ctx: Context, ex: Example) -> Outcome:
+    """shard_heads must refuse a spec whose n_head the world does not divide: n_head = W + 1,
+    the example's D. Cheap where it refuses (one build and a raise per rank); a hook that
+    accepts leaves the ranks to be restarted."""
+    W = ex.world
+    H = W + 1
+    probe = dataclasses.replace(ex, C=H * ex.D, H=H, spec=AttentionSpec(H * ex.D, H), world=W)
+    gang = ctx.gangs(W) if ctx.gangs is not None else None
+    if gang is None:
+        return Outcome(PASS)
+    answers = gang.run([{"build": probe.build(), "steps": [{"op": "shard_refuses",
+                                                            "hook": "shard_heads"}]}] * W)
+    if any(a.get("kind") != "ok" for a in answers):  # the build itself declined or failed
+        return Outcome(PASS, notes=[f"refusal not probed: build for n_head={H} gave "
+                                    f"{answers[0].get('kind')}"])
+    accepted = [r for r, a in enumerate(answers) if not a["results"][0]["raised"]]
+    if accepted:
+        gang.restart_later()  # ranks that sharded an impossible spec: their state is unknown
+        return Outcome("fail", f"shard_heads(module, mesh) accepted n_head={H} over world={W} "
+                       f"on rank{'s' * (len(accepted) > 1)} {', '.join(map(str, accepted))} "
+                       f"(built for {probe.attention.describe()}): n_head % world != 0 leaves "
+                       "some rank a fraction of a head. Raise instead, as "
+                       "attnspec.check_shardable(spec, world, 'heads') does.",
+                       where={"rank": accepted[0]})
+    return Outcome(PASS)
+
+
 def check_tp_equivalence(ctx: Context, ex: Example) -> Outcome:
     """shard_heads' module, on every rank, gives the unsharded module's output, input gradient
-    and weight gradients, within what sharded rounding explains."""
-    return _check_sharded(ctx, ex, "heads")
+    and weight gradients, within what sharded rounding explains; and the hook refuses a world
+    that does not divide n_head."""
+    outcome = _check_sharded(ctx, ex, "heads")
+    if outcome.kind == PASS:
+        refusal = _check_refusal(ctx, ex)
+        refusal.notes += outcome.notes
+        return refusal
+    return outcome
 
 
 def check_cp_equivalence(ctx: Context, ex: Example) -> Outcome:
