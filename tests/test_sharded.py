@@ -197,6 +197,7 @@ def test_the_reference_sharders_and_the_doubles_pass() -> None:
                                  world_sizes=(2,), database=False, isolate=False)
         result = report.result(prop)
         assert result.verdict == "pass" and result.examples == 4, report.summary()
+        assert result.drawn is not None and result.drawn["world"] == {"2": 4}
 
 
 @pytest.mark.slow

@@ -145,6 +145,9 @@ class _Coverage:
         for key in ("dtype", "device"):
             seen = self.counts.setdefault(key, {})
             seen[getattr(ex, key)] = seen.get(getattr(ex, key), 0) + 1
+        if ex.world:  # sharded examples: how many ran on each number of ranks
+            seen = self.counts.setdefault("world", {})
+            seen[str(ex.world)] = seen.get(str(ex.world), 0) + 1
         if ex.spec is not None:  # which variants the examples exercised, by feature
             seen = self.counts.setdefault("variant", {})
             for feature in _features(ex.spec):
