@@ -184,6 +184,7 @@ def test_ranks_join_on_loopback_only_and_none_outlives_close() -> None:
 
 
 ROUNDING = HERE / "good" / "_sharded_rounding.py"
+WRAPPED = HERE / "good" / "_sharded_wrapped.py"  # a wrapper, a DTensor output, None returned
 
 
 @pytest.mark.slow
@@ -191,6 +192,7 @@ def test_the_reference_sharders_and_the_doubles_pass() -> None:
     # The double that rounds by batch position (as another CPU may): float64, where the
     # allowance is tightest. The plain double is in the catalogue's good subjects.
     for target, prop in ((ROUNDING, "tp_equivalence"), (ROUNDING, "cp_equivalence"),
+                         (WRAPPED, "tp_equivalence"), (WRAPPED, "cp_equivalence"),
                          ("attnspec.subjects.reference_tp", "tp_equivalence"),
                          ("attnspec.subjects.reference_ring", "cp_equivalence")):
         report = attnspec.verify(str(target), only=prop, max_examples=4, seed=3,

@@ -315,9 +315,20 @@ class Session:
                                              sizes=self.sizes)
         return gang
 
-    def _worlds(self) -> list[int]:
-        """The world sizes sharded examples are drawn over: the subject's and the run's."""
-        return sorted(set(self.info.world_sizes) & set(self.options.world_sizes))
+    def _worlds(self, prop: str | None = None) -> list[int]:
+        """The world sizes sharded examples of `prop` are drawn over: the subject's and the
+        run's, where one fits the run's bounds (W <= max_heads and a listed n_kv_head W divides,
+        for heads; 2W or W <= max_seq, for positions)."""
+        worlds = sorted(set(self.info.world_sizes) & set(self.options.world_sizes))
+        shards = None if prop is None else BY_ID[prop].shards
+        if shards == "heads":
+            listed = (self.info.variants or {}).get("n_kv_head")
+            worlds = [w for w in worlds if w <= self.sizes[0] and (
+                not isinstance(listed, list) or any(g % w == 0 for g in listed))]
+        elif shards == "positions":
+            chunks = 2 if self.info.cp_layout == "head_tail" else 1
+            worlds = [w for w in worlds if chunks * w <= self.max_seq]
+        return worlds
 
     def header(self) -> dict[str, Any]:
         import beartype
@@ -361,7 +372,7 @@ class Session:
                 BY_ID[prop], dtypes=self.dtypes, supported=self.info.supported,
                 max_seq=self.max_seq, max_heads=heads, max_head_dim=dim, max_width=width,
                 variants=self.info.variants if self.info.protocol == 2 else None,
-                worlds=self._worlds(), layout=self.info.cp_layout)
+                worlds=self._worlds(prop), layout=self.info.cp_layout)
         return data.draw(strategy, label="example")  # type: ignore[no-any-return]
 
     # ---- running -----------------------------------------------------------------------
@@ -389,7 +400,7 @@ class Session:
             return (f"the subject defines no {spec.needs_hook} hook "
                     f"({_HOOK_SIGNATURES[spec.needs_hook]}; docs/design.md, section 3)")
         if spec.shards is not None:
-            reason = self._shard_skip_reason()
+            reason = self._shard_skip_reason(prop)
             if reason is not None:
                 return reason
         if spec.invalid_configs and v2:
@@ -401,7 +412,7 @@ class Session:
             return "no CUDA device"
         return None
 
-    def _shard_skip_reason(self) -> str | None:
+    def _shard_skip_reason(self, prop: str) -> str | None:
         import torch.distributed as td
 
         if self._rank_target is None:
@@ -410,6 +421,13 @@ class Session:
         if not self._worlds():
             return (f"the subject's WORLD_SIZES {list(self.info.world_sizes)} and this run's "
                     f"world_sizes {list(self.options.world_sizes)} have no size in common")
+        if not self._worlds(prop):
+            bound = (f"max_heads={self.sizes[0]} and the subject's n_kv_head"
+                     if BY_ID[prop].shards == "heads" else
+                     f"max_seq={self.max_seq} ({self.info.cp_layout} layout: T % "
+                     f"{'2W' if self.info.cp_layout == 'head_tail' else 'W'} == 0)")
+            return (f"no world in {self._worlds()} fits {bound}: raise the bound or add a "
+                    "smaller world size")
         if not (td.is_available() and td.is_gloo_available()):
             return "this torch has no torch.distributed with gloo, which sharded examples use"
         if "cpu" not in self.devices or not self.dtypes.get("cpu"):
@@ -532,7 +550,9 @@ class Session:
         if shards is not None:
             from ._sharding import ShardError, check_shardable
 
-            worlds = self._worlds()
+            worlds = self._worlds(prop)
+            if ex.device != "cpu":
+                raise bad(f"device {ex.device!r}: sharded examples run on CPU ranks (gloo)")
             if ex.world not in worlds:
                 raise bad(f"world={ex.world}; {prop} runs on {', '.join(map(str, worlds)) or 'no'}"
                           " ranks here (the subject's WORLD_SIZES and the run's world_sizes)")

@@ -126,9 +126,11 @@ def _shard(state: Executed, module: torch.nn.Module, kind: str) -> torch.nn.Modu
     rank, world = state.mesh.get_local_rank(), state.mesh.size()
     call = f"{name}(module, mesh) on rank {rank} of {world}"
     sharded = _call(f"{call} raised", _hook(state, name), module, state.mesh)
+    if sharded is None:  # changed in place
+        return module
     if not isinstance(sharded, torch.nn.Module):
         raise _Fault(f"{call} returned {type(sharded).__name__}, not a torch.nn.Module (the "
-                     "module to call: the one it was given, changed in place, will do).")
+                     "module to call) or None (the module it was given, changed in place).")
     return sharded
 
 
@@ -315,6 +317,10 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         x = step["x"].to(state.device).requires_grad_(True)
         params = _parameters(module)
         out = _forward(module, x, grad=True)
+        from torch.distributed.tensor import DTensor
+
+        if isinstance(out, DTensor):  # gathered before the backward, which then scatters
+            out = _call("gathering the output (full_tensor()) raised", out.full_tensor)
         if out.requires_grad:
             cotangent = step["cotangent"].to(device=out.device, dtype=out.dtype)
             grads = _call("backward raised", lambda: vjp([out], [x, *(p for _, p in params)],

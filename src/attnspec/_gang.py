@@ -122,6 +122,7 @@ class Gang:
         self.starts = 0
         self._restart_error: str | None = None
         self._outstanding = False
+        self.probe_futile = False  # shard_heads' refusal cannot be asked here (build fails)
         _LIVE.add(self)
 
     @property
@@ -166,11 +167,12 @@ class Gang:
         except BaseException:  # Ctrl-C while ranks join: leave none behind
             self._kill()
             raise
-        for rank, answer in enumerate(answers):
-            if answer.get("kind") != "ready":
-                self._kill()
-                raise TargetError(f"rank {rank} of {self.world}: "
-                                  f"{answer.get('message', answer)}")
+        failed = [(r, str(a.get("message", a))) for r, a in enumerate(answers)
+                  if a.get("kind") != "ready"]
+        if failed:  # blame a rank's own error, not a peer's "stopped" or gloo's word for it
+            self._kill()
+            rank, message = next(((r, m) for r, m in failed if not consequence(m)), failed[0])
+            raise TargetError(f"rank {rank} of {self.world}: {message}")
 
     def _gather(self, timeout: float, *, starting: bool = False) -> list[dict[str, Any]]:
         """One answer from every rank, within `timeout` s of the ranks' own time.
@@ -267,8 +269,8 @@ class Gang:
     def collect(self) -> list[dict[str, Any]]:
         """Every rank's answer; after any but a clean `ok` from all, the gang is restarted
         before its next request (the group's state is unknown)."""
-        self._outstanding = False
         answers = self._gather(self.timeout)
+        self._outstanding = False  # only now: an interrupted gather leaves answers in flight
         # Declined by supports(spec) on every rank: nothing ran, the group is as it was.
         if any(a.get("kind") not in ("ok", "unsupported") for a in answers):
             self._kill()

@@ -1119,8 +1119,11 @@ def _rank_fault(answers: Sequence[Mapping[str, Any]]) -> str | None:
     if own:
         rank, message = own[0]
         return f"rank {rank} of {world}: {message}"
-    return (f"every rank failed in a collective ({'; '.join(f'rank {r}: {m}' for r, m in faults)}"
-            "): the ranks deadlocked, most likely in mismatched collectives.")
+    failed = "; ".join(f"rank {r}: {m}" for r, m in faults)
+    if len(faults) == world:
+        return (f"every rank failed in a collective ({failed}): the ranks deadlocked, most "
+                "likely in mismatched collectives.")
+    return f"ranks failed in a collective that others left ({failed})."
 
 
 def _sharded_yardsticks(ex: Example, x: Tensor, cotangent: Tensor, kind: str, layout: str,
@@ -1188,18 +1191,38 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
                                               "cotangent": cotangent[:, idx]}]}
                  for idx in held])
     ctx.submit(ex, [{"op": "grad", "x": x, "cotangent": cotangent, "params": True}])
-    try:  # the subject's own float64 run: how far this dtype's rounding takes it
+    claimed = getattr(getattr(ctx.executor, "info", None), "dtypes", None)
+    try:
         (mine,) = ctx.collect()
-        (own64,) = ctx.request(dataclasses.replace(ex, dtype="float64"), [
-            {"op": "grad", "x": x.double(), "cotangent": cotangent.double(), "params": True}])
+        own64 = None  # the subject's own float64 run: how far this dtype's rounding takes it
+        if ex.dtype != "float64" and (claimed is None or "float64" in claimed):
+            (own64,) = ctx.request(dataclasses.replace(ex, dtype="float64"), [
+                {"op": "grad", "x": x.double(), "cotangent": cotangent.double(),
+                 "params": True}])
         yards = _sharded_yardsticks(ex, x, cotangent, kind, layout)  # while the ranks run
-    finally:
-        answers = gang.collect()
-    if all(a.get("kind") == "unsupported" for a in answers):
+    except Exception:
+        gang.collect()  # the ranks' answers, so that the next example starts clean
+        raise
+    except BaseException:  # Ctrl-C: do not wait for ranks that may hang
+        gang.restart_later()
+        raise
+    answers = gang.collect()
+    declined = [r for r, a in enumerate(answers) if a.get("kind") == "unsupported"]
+    if declined and len(declined) == W:
         raise Unsupported(str(answers[0].get("message")))
+    if declined:
+        raise SubjectFault(f"supports(spec) declined on rank{'s' * (len(declined) > 1)} "
+                           f"{', '.join(map(str, declined))} of {W} only: every rank must "
+                           "answer alike for the same spec.")
     blame = _rank_fault(answers)
     if blame is not None:
         raise SubjectFault(f"{hook}(module, mesh) over {W} ranks: {blame}")
+    for r, a in enumerate(answers):  # a rank's process is the subject's: check what it sent
+        got = a.get("results")
+        if not (isinstance(got, list) and len(got) == 1 and isinstance(got[0], dict)
+                and {"out", "grad_x", "params"} <= set(got[0])):
+            raise SubjectFault(f"rank {r} of {W} answered {str(got)[:80]!r}, not one result "
+                               "(did the subject write to attnspec's pipe?).")
     results = [a["results"][0] for a in answers]
     if mine["grad_x"] is None:
         raise SubjectFault("the unsharded module's output does not depend on its input through "
@@ -1243,41 +1266,63 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
                        f"the unsharded module's by {err:.3g}, allowed {allowed:.3g}"
                        f"{_at(index)}.", err, allowed, where or None)
 
+    def own_error(value: Tensor, value64: Tensor | None) -> float:
+        return 0.0 if value64 is None else tol.max_abs_diff(value, value64)[0]
+
     for key, what, yard in (("out", "the output", yards[0]),
                             ("grad_x", "d(output)/d(input)", yards[1])):
-        own = tol.max_abs_diff(mine[key], own64[key])[0]
+        own = own_error(mine[key], None if own64 is None else own64[key])
         for r, got in assembled(key):
             found = _close(what, got, mine[key], own, yard, ex)
             if found is not None:
                 return failure(what.capitalize() if key == "out" else what, r, found)
-    notes = []
+    notes: list[str] = []
     for name, want in mine["params"].items():
         if want is None:
             continue
-        own = tol.max_abs_diff(want, own64["params"][name])[0]
-        grads = [(r, res["params"].get(name), res.get("param_layout", {}).get(name, "local"))
-                 for r, res in enumerate(results)]
-        if any(g is None for _, g, _ in grads):
-            r = next(r for r, g, _ in grads if g is None)
-            return Outcome("fail", f"d(output)/d({name}) is missing on rank {r} of {W} under "
-                           f"{hook}, though the unsharded module has it.", where={"rank": r})
-        if kind == "positions" and all(lay == "local" for _, _, lay in grads):
-            total = sum((g.double() for _, g, _ in grads), torch.zeros(()))
-            candidates = [(-1, total)]  # each rank's share of a replicated weight's gradient
-        elif any(tuple(g.shape) != tuple(want.shape) for _, g, _ in grads):
+        own = own_error(want, None if own64 is None else own64["params"].get(name))
+        grads: list[Tensor | None] = []
+        dtensor = False
+        for res in results:  # a wrapper (nn.Sequential, torch.compile) prefixes the names
+            named = [n for n in res["params"] if n == name or n.endswith("." + name)]
+            if len(named) != 1:
+                grads.append(None)
+                continue
+            grads.append(res["params"][named[0]])
+            dtensor |= res.get("param_layout", {}).get(named[0]) == "dtensor"
+        shaped = [g for g in grads if g is not None]
+        if not shaped:
+            return Outcome("fail", f"d(output)/d({name}) is missing on every rank under {hook} "
+                           f"(no parameter named {name}, or with that suffix, has a gradient), "
+                           "though the unsharded module has it.")
+        if any(tuple(g.shape) != tuple(want.shape) for g in shaped):
             notes.append(f"{name} is sharded without DTensor: its gradient is not compared")
             continue
-        else:
-            candidates = [(r, g) for r, g, _ in grads]
-        for r, got in candidates:
+        full = [torch.zeros_like(want) if g is None else g for g in grads]
+
+        def off(got: Tensor, label: str, r: int = -1, name: str = name, want: Tensor = want,
+                own: float = own) -> Outcome | None:
             found = _close(f"d(output)/d({name})", got, want, own, yards[2], ex)
-            if found is not None:
-                err, allowed, _ = found
-                who = f"rank {r} of {W}" if r >= 0 else f"the sum over {W} ranks"
-                return Outcome("fail", f"d(output)/d({name}, shape {tuple(want.shape)}) by "
-                               f"{who} under {hook} differs from the unsharded module's by "
-                               f"{err:.3g}, allowed {allowed:.3g}.", err, allowed,
-                               {"rank": r} if r >= 0 else None)
+            if found is None:
+                return None
+            err, allowed, _ = found
+            return Outcome("fail", f"d(output)/d({name}, shape {tuple(want.shape)}) {label} "
+                           f"under {hook} differs from the unsharded module's by {err:.3g}, "
+                           f"allowed {allowed:.3g}.", err, allowed, {"rank": r} if r >= 0 else None)
+
+        each = [off(g, f"on rank {r} of {W}", r) for r, g in enumerate(full)]
+        if all(o is None for o in each):
+            continue  # every rank holds the whole gradient (DTensor, or reduced already)
+        if dtensor:  # a DTensor gradient is the whole gradient, on every rank
+            return next(o for o in each if o is not None)
+        # Local gradients of a replicated weight: each rank's share, summed over the ranks.
+        total = off(sum((g.double() for g in full), torch.zeros((), dtype=torch.float64)),
+                    f"summed over the {W} ranks")
+        if total is not None:
+            total.message += (" (Nor does every rank's own gradient equal it: "
+                              + next(o for o in each if o is not None).message.split(" under ")[0]
+                              + " differs.)")
+            return total
     return Outcome(PASS, notes=notes)
 
 
@@ -1289,13 +1334,15 @@ def _check_refusal(ctx: Context, ex: Example) -> Outcome:
     H = W + 1
     probe = dataclasses.replace(ex, C=H * ex.D, H=H, spec=AttentionSpec(H * ex.D, H), world=W)
     gang = ctx.gangs(W) if ctx.gangs is not None else None
-    if gang is None:
+    if gang is None or gang.probe_futile:
         return Outcome(PASS)
     answers = gang.run([{"build": probe.build(), "steps": [{"op": "shard_refuses",
                                                             "hook": "shard_heads"}]}] * W)
     if any(a.get("kind") != "ok" for a in answers):  # the build itself declined or failed
-        return Outcome(PASS, notes=[f"refusal not probed: build for n_head={H} gave "
-                                    f"{answers[0].get('kind')}"])
+        gang.probe_futile = True  # each try would cost a restart of the ranks
+        r, a = next((r, a) for r, a in enumerate(answers) if a.get("kind") != "ok")
+        return Outcome(PASS, notes=[f"shard_heads' refusal of n_head={H} over world={W} not "
+                                    f"asked: the build on rank {r} gave {a.get('kind')}"])
     accepted = [r for r, a in enumerate(answers) if not a["results"][0]["raised"]]
     if accepted:
         gang.restart_later()  # ranks that sharded an impossible spec: their state is unknown

@@ -240,7 +240,7 @@ def sharded_examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]], max
     """Examples for tp_equivalence (n_head and n_kv_head divisible by the world) and
     cp_equivalence (T divisible by the world's chunks in `layout`), CPU only."""
     heads = prop.shards == "heads"
-    by_world = {w: specs(variants, max_seq=max_seq, max_heads=max(max_heads, w),
+    by_world = {w: specs(variants, max_seq=max_seq, max_heads=max_heads,
                          max_head_dim=max_head_dim, max_width=max_width,
                          heads_per=w if heads else 1) for w in worlds}
     dtype_st = st.sampled_from(list(dtypes["cpu"]))

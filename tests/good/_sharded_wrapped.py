@@ -1,0 +1,45 @@
+"""tests/good/sharded_gather.py sharded the other ways the protocol allows: shard_heads returns
+the module wrapped (nn.Sequential: parameters become `0.q.weight`), its output a DTensor
+(RowwiseParallel without use_local_output); shard_positions changes the module in place and
+returns None. Correct: both sharded properties must pass."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sharded_gather import (  # noqa: E402
+    CP_LAYOUT,
+    PROTOCOL,
+    VARIANTS,
+    WORLD_SIZES,
+    Gathered,
+    build,
+    export_weights,
+)
+
+from attnspec import check_shardable  # noqa: E402
+
+__all__ = ["CP_LAYOUT", "PROTOCOL", "VARIANTS", "WORLD_SIZES", "build", "export_weights",
+           "shard_heads", "shard_positions"]
+
+
+def shard_heads(module: Gathered, mesh: object) -> nn.Module:
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    check_shardable(module.spec, mesh.size(), "heads")  # type: ignore[attr-defined]
+    plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
+            "o": RowwiseParallel(use_local_output=False)}
+    return nn.Sequential(parallelize_module(module, mesh, plan))  # type: ignore[arg-type]
+
+
+def shard_positions(module: Gathered, mesh: object) -> None:
+    module.group = mesh.get_group()  # type: ignore[attr-defined]
