@@ -6,7 +6,9 @@ docs/soak/NAME.seedN.json; `scripts/soak_table.py` sums them per subject.
                            [NAME ...]
 
 docs/soak/inference/ holds the soak of the inference properties alone (--only decode,
-padding_invariance,masked_rows,causal_corner) on the subjects with hooks.
+padding_invariance,masked_rows,causal_corner) on the subjects with hooks; docs/soak/sharded/
+that of tp_equivalence and cp_equivalence on the sharded double that rounds by batch position
+(`sharded_rounding`, by name only).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOUBLE = "batch_position_rounding"
 TARGETS = {**{name: f"attnspec.subjects.{name}" for name in BUILTIN},
            DOUBLE: str(ROOT / "tests" / "good" / f"{DOUBLE}.py"),
-           f"{DOUBLE}_v2": str(ROOT / "tests" / "good" / f"{DOUBLE}_v2.py")}
+           f"{DOUBLE}_v2": str(ROOT / "tests" / "good" / f"{DOUBLE}_v2.py"),
+           "sharded_rounding": str(ROOT / "tests" / "good" / "_sharded_rounding.py")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     worst = 0
     only = ["--only", args.only] if args.only else []
-    for name in args.names or [n for n in TARGETS if not n.endswith("_v2")]:
+    for name in args.names or [n for n in TARGETS if not n.endswith(("_v2", "sharded_rounding"))]:
         for seed in (int(s) for s in args.seeds.split(",")):
             start = time.monotonic()
             done = subprocess.run(

@@ -264,3 +264,20 @@ def test_the_trace_shows_grouped_keys_and_their_sharing() -> None:
     text = str(trace)
     assert text.startswith("spec: C=12, H=6, n_kv_head=2, head_dim=4, window=3")
     assert "B G T D" in text and "causal, window 3" in text
+
+
+def test_a_key_too_light_to_show_in_bfloat16_is_no_window_violation() -> None:
+    # The soak's false alarm (reference_tp, seed 2): C=1, D=1 and a window of 12 in bfloat16;
+    # the change at position 1 moves the output at 12 by less than bfloat16 can show. The
+    # reference with the exported weights says so, and the window's inside edge is not judged.
+    import attnspec
+
+    replay = {"B": 1, "T": 29, "C": 1, "H": 3, "dtype": "bfloat16", "device": "cpu", "seed": 0,
+              "cuts": [0, 1, 2, 3, 4, 5, 7, 8, 9, 14, 15, 16, 17, 27, 28], "scale": 1.0,
+              "spec": {"n_embd": 1, "n_head": 3, "n_kv_head": 1, "head_dim": 1, "window": 12,
+                       "bias": False}}
+    report = attnspec.verify("attnspec.subjects.variants", only="window", replay=replay,
+                             isolate=False, database=False)
+    window = report.result("window")
+    assert window.verdict == "pass", window
+    assert any("below bfloat16's resolution" in n for n in window.notes), window.notes
