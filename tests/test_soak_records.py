@@ -145,3 +145,9 @@ def test_the_default_sizes_soaked_clean_on_every_subject() -> None:
             if p["id"] != "divisibility":
                 assert p["drawn"]["size"].get("wide", 0) > 0, (name, p["id"])
     assert soak_table.main(str(SOAK / "sizes")) == 0
+
+
+def test_the_sharded_properties_soaked_clean_on_the_rounding_double() -> None:
+    # The built-in sharded subjects are in the main records; this is the double that rounds
+    # by batch position, unsharded and on every rank (tests/good/_sharded_rounding.py).
+    _soaked_clean("sharded", {"sharded_rounding": ("tp_equivalence", "cp_equivalence")})
