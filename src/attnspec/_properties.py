@@ -1366,7 +1366,8 @@ def _check_refusal(ctx: Context, ex: Example) -> Outcome:
                                     f"asked: the build on rank {r} gave {a.get('kind')}"])
     accepted = [r for r, a in enumerate(answers) if not a["results"][0]["raised"]]
     if accepted:
-        gang.restart_later()  # ranks that sharded an impossible spec: their state is unknown
+        if len(accepted) < W:  # ranks that parted ways: one may wait in a collective forever
+            gang.restart_later()
         return Outcome("fail", f"shard_heads(module, mesh) accepted n_head={H} over world={W} "
                        f"on rank{'s' * (len(accepted) > 1)} {', '.join(map(str, accepted))} "
                        f"(built for {probe.attention.describe()}): n_head % world != 0 leaves "

@@ -1,5 +1,6 @@
 """Correct sharded attention (tests/good/sharded_gather.py) whose rank 1 misbehaves in forward
-once tensor-parallel: it dies, hangs or raises, as $ATTNSPEC_RANK_FAULT says. Every rank that
+once tensor-parallel: it dies, hangs or raises, as $ATTNSPEC_RANK_FAULT (or the file
+$ATTNSPEC_RANK_FAULT_FILE, read at each call) says. Every rank that
 shards writes its pid into $ATTNSPEC_RANK_PIDS (a directory), so tests can see none outlives
 the run."""
 
@@ -35,7 +36,9 @@ class Faulty(nn.Module):
         self.inner, self.rank = inner, rank
 
     def forward(self, x: Tensor) -> Tensor:
-        fault = os.environ.get("ATTNSPEC_RANK_FAULT", "")
+        path = os.environ.get("ATTNSPEC_RANK_FAULT_FILE")  # read at each call: tests switch it
+        fault = Path(path).read_text().strip() if path else os.environ.get(
+            "ATTNSPEC_RANK_FAULT", "")
         if self.rank == 1 and fault == "die":
             os._exit(3)
         if self.rank == 1 and fault == "hang":
