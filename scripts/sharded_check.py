@@ -18,7 +18,8 @@ import attnspec
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = ("attnspec.subjects.reference_tp", "attnspec.subjects.reference_ring",
         str(ROOT / "tests" / "good" / "sharded_gather.py"),
-        str(ROOT / "tests" / "good" / "_sharded_rounding.py"))
+        str(ROOT / "tests" / "good" / "_sharded_rounding.py"),
+        str(ROOT / "tests" / "good" / "_sharded_wrapped.py"))
 BROKEN = tuple(str(p) for p in sorted((ROOT / "tests" / "broken").glob("*.py"))
                if p.stem.startswith(("tp_", "ring_")))
 SHARDED = ("tp_equivalence", "cp_equivalence")

@@ -191,7 +191,7 @@ WRAPPED = HERE / "good" / "_sharded_wrapped.py"  # a wrapper, a DTensor output, 
 def test_the_reference_sharders_and_the_doubles_pass() -> None:
     # The double that rounds by batch position (as another CPU may) in float64, where the
     # allowance is tightest; the wrapped double; the built-ins. One run (one set of ranks) per
-    # subject; the plain double is in the catalogue's good subjects, all of them in the soak.
+    # subject; the plain double is in the catalogue's good subjects.
     both = ("tp_equivalence", "cp_equivalence")
     for target, props, dtypes in ((ROUNDING, both, ["float64"]), (WRAPPED, both, None),
                                   ("attnspec.subjects.reference_tp", both[:1], None),
@@ -206,7 +206,7 @@ def test_the_reference_sharders_and_the_doubles_pass() -> None:
 
 
 FAULTS = (("die", "crash", "rank 1 of 2 killed its process (exit code 3)"),
-          ("hang", "timeout", "rank 1 of 2 gave no answer within --timeout 3 s"),
+          ("hang", "timeout", "rank 1 of 2 gave no answer within --timeout 2 s"),
           ("raise", "error", "rank 1 of 2: forward raised on input of shape (2, 4, 8)"))
 
 
@@ -222,7 +222,7 @@ def test_a_failing_rank_is_named_and_the_ranks_restart(
     ex = Example(B=2, T=4, C=8, H=2, seed=5, spec=AttentionSpec(8, 2), world=2)
     # One example each (a replay: no shrinking, whose every try restarts the ranks), in one
     # run: rank 1 dies, hangs, raises, and each time is named; then the restarted ranks pass.
-    with Session(str(FAULTY), RunOptions(world_sizes=(2,), timeout=3),
+    with Session(str(FAULTY), RunOptions(world_sizes=(2,), timeout=2),
                  isolate=False) as session:  # the ranks are processes all the same
         for kind, verdict, says in FAULTS:
             fault.write_text(kind)
