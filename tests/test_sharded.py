@@ -73,9 +73,11 @@ def test_sharding_hooks_are_protocol_2_hooks(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sizes", [(1,), (2, 9), (), ("2",)])
 def test_world_sizes_option_is_checked(sizes: tuple[Any, ...]) -> None:
-    with pytest.raises(UsageError, match=r"world_sizes=.*whole numbers of ranks in 2\.\.8"):
+    with pytest.raises(UsageError, match=r"world_sizes=.*a whole number of ranks in 2\.\.8"):
         RunOptions(world_sizes=sizes)
     assert RunOptions(world_sizes=(4, 2, 2)).world_sizes == (2, 4)
+    with pytest.raises(UsageError, match="'x' is not a whole number of ranks"):
+        RunOptions(world_sizes=(2, "x"))  # type: ignore[arg-type]
 
 
 def test_the_rank_to_blame_is_the_one_whose_error_is_its_own() -> None:

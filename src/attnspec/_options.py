@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from ._errors import UsageError
 
@@ -94,16 +95,18 @@ class RunOptions:
             if not _whole(value) or not 1 <= value <= limit:
                 raise UsageError(option=name, value=value,
                                  reason=f"must be between 1 and {limit} ({what}).")
-        worlds = (self.world_sizes,) if _whole(self.world_sizes) else self.world_sizes
-        try:
-            worlds = tuple(sorted(set(worlds)))  # type: ignore[arg-type]
+        given: Any = self.world_sizes
+        try:  # a bare number is one size
+            worlds: tuple[Any, ...] = (given,) if _whole(given) else tuple(given)
         except TypeError:
-            worlds = ()
-        if not worlds or not all(_whole(w) and 2 <= w <= MAX_WORLD for w in worlds):
+            worlds = (given,)
+        bad = [w for w in worlds if not (_whole(w) and 2 <= w <= MAX_WORLD)]
+        if not worlds or bad:
+            which = f"{bad[0]!r} is not" if bad else "no size given; they must be"
             raise UsageError(option="world_sizes", value=self.world_sizes,
-                             reason=f"must be whole numbers of ranks in 2..{MAX_WORLD} (each "
+                             reason=f"{which} a whole number of ranks in 2..{MAX_WORLD} (each "
                                     "rank of a sharded example is a process of its own).")
-        object.__setattr__(self, "world_sizes", worlds)
+        object.__setattr__(self, "world_sizes", tuple(sorted(set(worlds))))
         if self.seed is not None and not _whole(self.seed):
             raise UsageError(option="seed", value=self.seed, reason="must be a whole number.")
         if self.device not in DEVICES:
