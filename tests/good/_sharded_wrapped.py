@@ -12,6 +12,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sharded_gather  # noqa: E402
 from sharded_gather import (  # noqa: E402
     CP_LAYOUT,
     PROTOCOL,
@@ -22,23 +23,12 @@ from sharded_gather import (  # noqa: E402
     export_weights,
 )
 
-from attnspec import check_shardable  # noqa: E402
-
 __all__ = ["CP_LAYOUT", "PROTOCOL", "VARIANTS", "WORLD_SIZES", "build", "export_weights",
            "shard_heads", "shard_positions"]
 
 
 def shard_heads(module: Gathered, mesh: object) -> nn.Module:
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        parallelize_module,
-    )
-
-    check_shardable(module.spec, mesh.size(), "heads")  # type: ignore[attr-defined]
-    plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
-            "o": RowwiseParallel(use_local_output=False)}
-    return nn.Sequential(parallelize_module(module, mesh, plan))  # type: ignore[arg-type]
+    return nn.Sequential(sharded_gather.shard_heads(module, mesh, local_output=False))
 
 
 def shard_positions(module: Gathered, mesh: object) -> None:

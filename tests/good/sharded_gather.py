@@ -69,7 +69,8 @@ def export_weights(module: Gathered) -> dict[str, Tensor]:
     return out
 
 
-def shard_heads(module: Gathered, mesh: object) -> nn.Module:
+def shard_heads(module: Gathered, mesh: object, local_output: bool = True) -> nn.Module:
+    """DTensor TP; `local_output=False` leaves the output a DTensor (the wrapped double)."""
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -78,7 +79,7 @@ def shard_heads(module: Gathered, mesh: object) -> nn.Module:
 
     check_shardable(module.spec, mesh.size(), "heads")  # type: ignore[attr-defined]
     plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
-            "o": RowwiseParallel()}
+            "o": RowwiseParallel(use_local_output=local_output)}
     return parallelize_module(module, mesh, plan)  # type: ignore[arg-type]
 
 
