@@ -597,3 +597,24 @@ def test_vjp_gives_autograd_grads_values_exactly(dtype: torch.dtype) -> None:
     unused = torch.zeros(3, requires_grad=True)
     assert vjp([attn(x)], [x, unused], [cotangent])[1] is None, "an unused input gets None"
 
+
+
+@pytest.mark.parametrize("user_policy", [None, "ACTIVE"])
+def test_the_workers_idle_openmp_threads_sleep_unless_the_user_says_otherwise(
+        monkeypatch: pytest.MonkeyPatch, user_policy: str | None) -> None:
+    from attnspec import _spawn
+
+    if user_policy is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", user_policy)
+    process, conn = _spawn.spawn()
+    try:
+        environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        conn.close()
+    assert f"OMP_WAIT_POLICY={user_policy or 'PASSIVE'}".encode() in environ
+    assert b"PATH=" + os.environ["PATH"].encode() in environ  # the rest is the runner's
+

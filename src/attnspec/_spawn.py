@@ -15,7 +15,7 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["prestart", "spawn", "take"]
+__all__ = ["prestart", "spawn", "take", "worker_env"]
 
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from attnspec._worker import main; "
         "main(int(sys.argv[2]), int(sys.argv[3]))")
@@ -33,6 +33,13 @@ def _open_fd(fd: int) -> bool:
         return False
 
 
+def worker_env(environ: dict[str, str]) -> dict[str, str]:
+    """The worker's environment: the runner's, with OpenMP's idle threads asleep unless the user
+    said otherwise. Spinning (libgomp's default), a waiting worker's idle thread takes the core
+    the runner draws on: a third more CPU for a default verify on 2 cores, same results."""
+    return {**environ, "OMP_WAIT_POLICY": environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+
+
 def spawn() -> Spawned:
     """A new worker process in its own process group, and the runner's end of its socket."""
     ours, theirs = socket.socketpair()
@@ -44,6 +51,7 @@ def spawn() -> Spawned:
         process = subprocess.Popen(
             [sys.executable, "-c", BOOT, package_parent, str(theirs.fileno()), str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(theirs.fileno(),),
+            env=worker_env(dict(os.environ)),
             start_new_session=True)  # its own process group, killed as one
     finally:
         theirs.close()
