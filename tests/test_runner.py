@@ -618,3 +618,27 @@ def test_the_workers_idle_openmp_threads_sleep_unless_the_user_says_otherwise(
     assert f"OMP_WAIT_POLICY={user_policy or 'PASSIVE'}".encode() in environ
     assert b"PATH=" + os.environ["PATH"].encode() in environ  # the rest is the runner's
 
+
+def test_hypothesis_never_mines_attnspecs_own_source_for_constants() -> None:
+    # From a source checkout Hypothesis would parse every attnspec module on each run (0.3 s)
+    # and try their numbers in the draws; installed in site-packages it never looks at them.
+    from hypothesis.internal.conjecture import providers
+
+    from attnspec._engine import _hide_own_source_from_hypothesis
+
+    _hide_own_source_from_hypothesis()
+    own = [m for name, m in sys.modules.items() if name.split(".")[0] == "attnspec"]
+    assert len(own) > 10
+    assert all(id(m) in providers._seen_modules for m in own)
+
+
+def test_the_header_names_versions_from_package_metadata() -> None:
+    # Metadata, not an import: importing beartype only for its version cost the runner 0.1 s.
+    import beartype
+    import jaxtyping
+
+    from attnspec._engine import _installed
+
+    assert (_installed("beartype"), _installed("jaxtyping")) == (
+        beartype.__version__, jaxtyping.__version__)
+    assert _installed("attnspec-no-such-distribution") == "not installed"

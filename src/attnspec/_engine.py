@@ -331,9 +331,7 @@ class Session:
         return worlds
 
     def header(self) -> dict[str, Any]:
-        import beartype
         import hypothesis
-        import jaxtyping
 
         from . import __version__
 
@@ -341,7 +339,7 @@ class Session:
             "subject": self.info.name, "origin": self.info.origin,
             "versions": {"attnspec": __version__, "python": platform.python_version(),
                          "torch": torch.__version__, "hypothesis": hypothesis.__version__,
-                         "jaxtyping": jaxtyping.__version__, "beartype": beartype.__version__},
+                         "jaxtyping": _installed("jaxtyping"), "beartype": _installed("beartype")},
             "devices": self.devices, "dtypes": self.dtypes, "profile": self.profile,
             "max_examples": self.max_examples, "seed": self.seed,
             "derandomize": self.derandomize, "timeout": self.timeout,
@@ -712,11 +710,17 @@ class Session:
         wrapped = config(given(data=st.data())(test))
         if self.seed is not None and not self.derandomize:
             wrapped = hypothesis_seed(_stream_seed(self.seed, prop, stream))(wrapped)
-        try:  # one database key per (subject, property), so failures replay first next time
+        # One database key per (subject, property), so failures replay first next time; given
+        # outright, Hypothesis need not hash the test's source on every run (derandomize does).
+        digest = f"{self.target}\0{prop}".encode()
+        wrapped._hypothesis_internal_database_key = hashlib.sha384(  # type: ignore[attr-defined]
+            b"attnspec\0" + digest).digest()
+        try:
             inner = wrapped.hypothesis.inner_test  # type: ignore[attr-defined]
-            inner._hypothesis_internal_add_digest = f"{self.target}\0{prop}".encode()
+            inner._hypothesis_internal_add_digest = digest
         except AttributeError:
             pass
+        _hide_own_source_from_hypothesis()
         try:
             with _private_hypothesis_home(self.database is None):
                 wrapped()
@@ -752,6 +756,32 @@ class Session:
         if progress is not None:
             progress(prop, result.examples, total, result)
         return result
+
+
+def _installed(distribution: str) -> str:
+    """A distribution's version from its metadata (1 ms): importing beartype to ask costs 0.1 to
+    0.2 s before the first example, and a v1 subject's runner never needs beartype."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _hide_own_source_from_hypothesis() -> None:
+    """Hypothesis mines each module outside site-packages for constants to try in its draws.
+    From a source checkout (pip install -e) that is attnspec's own 500, parsed anew on every run
+    without a database (0.3 s), none of them about the subject; installed, there are none."""
+    try:
+        from hypothesis.internal.conjecture import providers
+
+        seen: set[int] = providers._seen_modules
+    except (ImportError, AttributeError):  # another Hypothesis: at worst the 0.3 s again
+        return
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] == "attnspec":
+            seen.add(id(module))
 
 
 @contextlib.contextmanager
