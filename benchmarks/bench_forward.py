@@ -67,6 +67,7 @@ def checks(cfg: Config) -> dict[str, Any]:
 
     import attnspec
     from attnspec import _reference as R
+    from attnspec._typecheck import forget_passed
 
     missing = _internals_missing()
     if missing:
@@ -95,7 +96,7 @@ def checks(cfg: Config) -> dict[str, Any]:
             "bare": lambda b=bare, x=x: b(x),
             "off": Variant(lambda m=module, x=x: m(x), enter=off_enter, exit=off_exit),
             "on": lambda m=module, x=x: m(x),
-            "first": lambda m=module, x=x, c=cache: (c.clear(), m(x)),
+            "first": lambda m=module, x=x, c=cache: (c.clear(), forget_passed(), m(x)),
             "bare_aa": lambda b=bare, x=x: b(x),
         }
         cfg.log(f"  checks {_shape_text(shape)}: {rounds} rounds")
@@ -191,7 +192,8 @@ def checks(cfg: Config) -> dict[str, Any]:
                "added us (paired median)", "rounds×calls"], timing_rows,
               "Ratios and differences are medians of per-round pairs; the variants were "
               "interleaved in each round, in a shuffled order. (b) clears the module's "
-              "signature cache before each call, so every call runs the full "
+              "signature cache and every step's (forget_passed) before each call, so every "
+              "call runs the full "
               "jaxtyping+beartype check of every step. A/A: the baseline timed twice; its "
               "difference is this run's noise floor (a goal is INCONCLUSIVE when the A/A "
               "difference is at least half the goal's margin)."),

@@ -275,3 +275,83 @@ def test_compiled_reference_matches_uncompiled_with_checks_on(kernel: str) -> No
     torch.testing.assert_close(
         got, expected, msg=lambda m: f"torch.compile(kernel={kernel!r}) output differs: {m}"
     )
+
+
+def _counting_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the functions whose jaxtyping+beartype check runs, in call order."""
+    from attnspec import _typecheck
+
+    ran: list[str] = []
+    original = _typecheck.jaxtyped
+
+    def jaxtyped(**kwargs: object) -> object:
+        def decorate(fn: object) -> object:
+            checked = original(**kwargs)(fn)  # type: ignore[call-overload]
+
+            def counted(*args: object, **kw: object) -> object:
+                ran.append(fn.__name__)  # type: ignore[attr-defined]
+                return checked(*args, **kw)
+            return counted
+        return decorate
+
+    monkeypatch.setattr(_typecheck, "jaxtyped", jaxtyped)
+    return ran
+
+
+@requires_checks
+def test_a_step_checks_each_signature_once_and_each_new_one_afresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _counting_checks(monkeypatch)
+
+    @shapechecked
+    def split(x: Float[Tensor, "B T C"], n_head: int) -> Float[Tensor, "B {n_head} T C//{n_head}"]:
+        B, T, C = x.shape
+        return x.view(B, T, n_head, C // n_head).transpose(1, 2)
+
+    x = torch.zeros(2, 5, 12)
+    split(x, 3)
+    split(torch.ones(2, 5, 12), 3)  # same signature: other values change no shape
+    assert ran == ["split"], f"checks ran {ran}"
+    split(x, 4)  # a plain argument is part of the signature
+    split(x.double(), 3)  # so are the dtype and the shape
+    split(torch.zeros(1, 5, 12), 3)
+    assert ran == ["split"] * 4, f"checks ran {ran}"
+
+
+@requires_checks
+def test_a_step_that_failed_or_cannot_be_keyed_is_checked_every_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _counting_checks(monkeypatch)
+
+    @shapechecked
+    def width(x: Float[Tensor, "B T {n_embd}"], n_embd: int, extra: object = None,
+              ) -> Float[Tensor, "B T {n_embd}"]:
+        return x
+
+    x = torch.zeros(2, 5, 12)
+    for _ in range(2):
+        with pytest.raises(ShapeError, match=r"axis 2 \(C\) has size 12, but C=10"):
+            width(x, 10)
+    for _ in range(2):
+        width(x, 12, [1])  # a list can change between calls without changing its key
+    assert ran == ["width"] * 4, f"checks ran {ran}"
+    width(x, 12)
+    width(x, 12)
+    assert ran == ["width"] * 5, f"checks ran {ran}"
+
+
+@requires_checks
+def test_forget_passed_makes_every_step_check_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnspec import _reference
+    from attnspec._typecheck import forget_passed
+
+    x = torch.zeros(1, 3, 12)
+    _reference._CHECKED.split_heads(x, 3)
+    ran = _counting_checks(monkeypatch)
+    monkeypatch.setattr(_reference, "_CHECKED", _reference.SimpleNamespace(
+        split_heads=shapechecked(_reference.split_heads)))
+    _reference._CHECKED.split_heads(x, 3)
+    _reference._CHECKED.split_heads(x, 3)
+    forget_passed()
+    _reference._CHECKED.split_heads(x, 3)
+    assert ran == ["split_heads", "split_heads"], f"checks ran {ran}"

@@ -7,6 +7,7 @@ the checks are skipped so that they never break a graph.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
@@ -106,11 +107,46 @@ def _explain(fn: Callable[..., Any], hints: dict[str, Any], args: tuple[Any, ...
     return f"Shape check failed in {name}: {first[0] if first else type(error).__name__}"
 
 
+_KEY_TYPES = (int, float, str, bool, type(None), torch.device, torch.dtype)
+_MAX_PASSED = 1024  # signatures remembered per step; past that the memory starts over
+_PASSED: list[set[tuple[object, ...]]] = []  # every checked step's memory, for forget_passed
+
+
+def forget_passed() -> None:
+    """Check every step afresh on its next call (benchmarks time the first-call cost)."""
+    for passed in _PASSED:
+        passed.clear()
+
+
+def _key_part(value: object) -> object:
+    if isinstance(value, torch.Tensor):
+        return (type(value), value.shape, value.dtype, value.device)
+    if isinstance(value, _KEY_TYPES) or (
+            dataclasses.is_dataclass(value) and not isinstance(value, type)
+            and type(value).__dataclass_params__.frozen):  # type: ignore[attr-defined]
+        return value
+    raise TypeError  # anything else could change between calls without changing its key
+
+
+def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, ...] | None:
+    """All that a pure step's shapes can depend on: each tensor's type, shape, dtype and
+    device, every other argument's value. None where an argument cannot be part of a key."""
+    try:
+        key = (tuple(_key_part(a) for a in args),
+               tuple((k, _key_part(v)) for k, v in kwargs.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def shapechecked(fn: _F) -> _F:
-    """Check a pure `fn`'s jaxtyping annotations with beartype on each call, unless switched off.
+    """Check a pure `fn`'s jaxtyping annotations with beartype, unless switched off.
 
     A failure raises `ShapeError` whose message names the parameter, the axis and both sizes;
-    jaxtyping's own report stays attached as the cause.
+    jaxtyping's own report stays attached as the cause. `fn`'s shapes must depend on nothing
+    but its arguments' shapes, dtypes, devices and plain values: a signature that passed once
+    is not checked again (jaxtyping's symbolic axes cost two `eval`s per axis and call).
     """
     if not TYPECHECK:
         return fn
@@ -126,14 +162,25 @@ def shapechecked(fn: _F) -> _F:
                       jaxtyped(typechecker=beartype)(fn)))
         return built[0]
 
+    passed: set[tuple[object, ...]] = set()
+    _PASSED.append(passed)
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
             return fn(*args, **kwargs)
+        key = _signature(args, kwargs)
+        if key is not None and key in passed:
+            return fn(*args, **kwargs)
         hints, checked = built[0] if built else build()
         try:
-            return checked(*args, **kwargs)
+            out = checked(*args, **kwargs)
         except TypeCheckError as error:
             raise ShapeError(_explain(fn, hints, args, kwargs, error)) from error
+        if key is not None:
+            if len(passed) >= _MAX_PASSED:
+                passed.clear()
+            passed.add(key)
+        return out
 
     return wrapper  # type: ignore[return-value]
