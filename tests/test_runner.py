@@ -599,6 +599,8 @@ def test_vjp_gives_autograd_grads_values_exactly(dtype: torch.dtype) -> None:
 
 
 
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(),
+                    reason="reads the worker's environment from /proc (Linux)")
 @pytest.mark.parametrize("user_policy", [None, "ACTIVE"])
 def test_the_workers_idle_openmp_threads_sleep_unless_the_user_says_otherwise(
         monkeypatch: pytest.MonkeyPatch, user_policy: str | None) -> None:
@@ -626,6 +628,8 @@ def test_hypothesis_never_mines_attnspecs_own_source_for_constants() -> None:
 
     from attnspec._engine import _hide_own_source_from_hypothesis
 
+    if not hasattr(providers, "_seen_modules"):  # hypothesis is unpinned; verify falls back
+        pytest.skip("this Hypothesis has no providers._seen_modules (private API)")
     _hide_own_source_from_hypothesis()
     own = [m for name, m in sys.modules.items() if name.split(".")[0] == "attnspec"]
     assert len(own) > 10

@@ -36,7 +36,7 @@ def _open_fd(fd: int) -> bool:
 def worker_env(environ: dict[str, str]) -> dict[str, str]:
     """The worker's environment: the runner's, with OpenMP's idle threads asleep unless the user
     said otherwise. Spinning (libgomp's default), a waiting worker's idle thread takes the core
-    the runner draws on: a third more CPU for a default verify on 2 cores, same results."""
+    the runner draws on: 45% more CPU for a default verify on 2 cores, same results."""
     return {**environ, "OMP_WAIT_POLICY": environ.get("OMP_WAIT_POLICY", "PASSIVE")}
 
 
