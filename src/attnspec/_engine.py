@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ._errors import ConfigError, TargetError, UsageError
+from ._isolation import become_subreaper, children, is_dumpable, resolve_worker_user, sweep
 from ._options import (
     MAX_HEAD_DIM,
     MAX_HEADS,
@@ -256,8 +257,26 @@ class Session:
         self.isolated = isolate
         sizes = options.sizes
         self.sizes = sizes
-        self.executor: Executor = (Worker(target, timeout=options.timeout, sizes=sizes)
-                                   if isolate else InProcess(target, sizes))
+        # The subject's detached processes are re-parented here and killed at close; the
+        # children this process had before are the caller's and are left alone.
+        self.subreaper = become_subreaper()
+        self._own_children = set(children())
+        self.swept: int | None = None  # how many detached processes close() killed
+        self.user = (resolve_worker_user(options.worker_user)
+                     if options.worker_user is not None else None)
+        if self.user is not None and not isolate:
+            raise UsageError(option="worker_user", value=options.worker_user,
+                             reason="the subject runs in this process (a Python object as "
+                                    "TARGET, or isolate=False), so it cannot run as another "
+                                    "user; give a TARGET string.")
+        try:
+            self.executor: Executor = (Worker(target, timeout=options.timeout, sizes=sizes,
+                                              user=self.user)
+                                       if isolate else InProcess(target, sizes))
+        except BaseException:  # a TARGET that fails to load may have detached processes too
+            if self.subreaper:
+                sweep(self._own_children)
+            raise
         # Ranks for sharded examples, per world size: started at the first such example, kept
         # for the run (a start costs seconds), always processes (they load TARGET by name).
         self._gangs: dict[int, Gang] = {}
@@ -303,6 +322,9 @@ class Session:
         for gang in gangs:
             gang.close()
         self.executor.close()
+        # What the subject detached from its group (setsid) was re-parented here: end it too.
+        if self.subreaper and self.swept is None:
+            self.swept = sweep(self._own_children)
 
     def _gang(self, world: int) -> Gang:
         """The ranks for a sharded example over `world` processes, started once per run."""
@@ -312,7 +334,7 @@ class Session:
 
             assert self._rank_target is not None
             gang = self._gangs[world] = Gang(self._rank_target, world, timeout=self.timeout,
-                                             sizes=self.sizes)
+                                             sizes=self.sizes, user=self.user)
         return gang
 
     def _worlds(self, prop: str | None = None) -> list[int]:
@@ -347,6 +369,8 @@ class Session:
             "max_head_dim": self.sizes[1], "max_width": self.sizes[2],
             "world_sizes": list(self.options.world_sizes),
             "isolated": self.isolated,
+            "isolation": {"subreaper": self.subreaper, "dumpable": is_dumpable(),
+                          "worker_user": None if self.user is None else self.user.name},
         }
 
     def replay_command(self, prop: str, ex: Example) -> str:
@@ -812,7 +836,7 @@ def verify(
     replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
     on_start: Callable[[Report], None] | None = None, max_seq: int = 64,
     max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
-    world_sizes: Sequence[int] = (2, 4),
+    world_sizes: Sequence[int] = (2, 4), worker_user: str | None = None,
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
 
@@ -838,7 +862,10 @@ def verify(
       neighbours), with B = 1 and T up to max(9, max_seq // 8).
     - `world_sizes`: the ranks tp_equivalence and cp_equivalence shard over (2 and 4), where
       the subject's WORLD_SIZES allow them; each rank is a process.
-    - `report`: a path for the JSON report, written atomically after every property.
+    - `worker_user`: run the worker and the ranks as this user (a name or uid; the runner must
+      be root): the subject then cannot reach the runner's memory, files or signals.
+    - `report`: a path for the JSON report, written atomically after every property, and a
+      last time once everything the subject started has been killed.
     - `exitfirst`: stop after the first property that does not pass.
     - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
     - `progress`: True for progress on stderr (a live line on a terminal, plain lines
@@ -853,7 +880,7 @@ def verify(
                          profile=profile, max_examples=max_examples, seed=seed,
                          timeout=timeout, max_seq=max_seq, max_heads=max_heads,
                          max_head_dim=max_head_dim, max_width=max_width, database=database,
-                         world_sizes=tuple(world_sizes))
+                         world_sizes=tuple(world_sizes), worker_user=worker_user)
     if replay is not None and len(props) != 1:
         raise UsageError(option="only", value=",".join(props),
                          reason="a replay runs one example of one property: give exactly one.")
@@ -910,6 +937,7 @@ def verify(
             result.interrupted = True
             raise
         finally:
+            session.close()  # first: nothing the subject started is left to rewrite the report
             _save(result, report)
     return result
 

@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from ._errors import TargetError
+from ._isolation import WorkerUser
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
 from ._spawn import spawn
 from ._wire import WireError, decode, encode
@@ -112,8 +113,9 @@ class Gang:
 
     def __init__(self, target: str, world: int, *, device: str = "cpu", timeout: float = 30.0,
                  start_timeout: float = 300.0,
-                 sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM, MAX_WIDTH)) -> None:
-        self.target, self.world, self.device = target, world, device
+                 sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM, MAX_WIDTH),
+                 user: WorkerUser | None = None) -> None:
+        self.target, self.world, self.device, self.user = target, world, device, user
         self.timeout, self.start_timeout, self.sizes = timeout, start_timeout, sizes
         self._ranks: list[tuple[subprocess.Popen[bytes], Connection]] = []
         self._port = 0
@@ -152,7 +154,7 @@ class Gang:
         port = self._host_store()
         self.starts += 1
         threads = max(1, (os.cpu_count() or 1) // self.world)
-        self._ranks = [spawn() for _ in range(self.world)]
+        self._ranks = [spawn(self.user) for _ in range(self.world)]
         try:
             for rank, (_, conn) in enumerate(self._ranks):
                 conn.send_bytes(encode({

@@ -53,7 +53,8 @@ class RunOptions:
     the q and o width H·D with a head_dim of its own), `database` (False,
     True for `.hypothesis/attnspec`, or a directory) and `derandomize` (None: where the `CI`
     environment variable is set, unless a seed is given), `world_sizes` (the ranks sharded
-    examples run on, where the subject's WORLD_SIZES allow them).
+    examples run on, where the subject's WORLD_SIZES allow them), `worker_user` (None, or
+    the account a root runner starts the worker and the ranks under).
     """
 
     device: str = "all"
@@ -69,6 +70,7 @@ class RunOptions:
     database: bool | str = True
     derandomize: bool | None = None
     world_sizes: tuple[int, ...] = (2, 4)
+    worker_user: str | None = None
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -119,6 +121,14 @@ class RunOptions:
                     raise UsageError(option="dtypes", value=name,
                                      reason=f"choose from {', '.join(DTYPE_NAMES)}.")
             object.__setattr__(self, "dtypes", dtypes or None)
+        if self.worker_user is not None:
+            from ._isolation import resolve_worker_user
+
+            try:
+                resolve_worker_user(str(self.worker_user))
+            except ValueError as error:
+                raise UsageError(option="worker_user", value=self.worker_user,
+                                 reason=str(error)) from None
 
     @property
     def sizes(self) -> tuple[int, int, int]:

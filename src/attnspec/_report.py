@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -72,6 +73,8 @@ class Report:
     error: str | None = None
     # Why the JSON report could not be written, if it could not (not part of the JSON).
     write_error: str | None = None
+    # The sha256 of the last report written (not part of the JSON).
+    digest: str | None = field(default=None, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -107,6 +110,8 @@ class Report:
         path = os.fspath(path)
         where, found = _destination(path)
         text = json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+        # Of the bytes written, not read back: what the CLI prints as the report's sha256.
+        self.digest = hashlib.sha256(text.encode()).hexdigest()
         if found is not None and _is_stream(found):
             with open(where, "w") as handle:  # a device or pipe: no rename, no chmod
                 handle.write(text)

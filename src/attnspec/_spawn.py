@@ -13,7 +13,10 @@ import socket
 import subprocess
 import sys
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._isolation import WorkerUser
 
 __all__ = ["prestart", "spawn", "take", "worker_env"]
 
@@ -40,9 +43,15 @@ def worker_env(environ: dict[str, str]) -> dict[str, str]:
     return {**environ, "OMP_WAIT_POLICY": environ.get("OMP_WAIT_POLICY", "PASSIVE")}
 
 
-def spawn() -> Spawned:
-    """A new worker process in its own process group, and the runner's end of its socket."""
+def spawn(user: WorkerUser | None = None) -> Spawned:
+    """A new worker process in its own process group, and the runner's end of its socket; run
+    as `user` where given (a root runner), with a HOME of that user's own."""
     ours, theirs = socket.socketpair()
+    env = worker_env(dict(os.environ))
+    account: dict[str, Any] = {}
+    if user is not None:
+        env["HOME"], env["USER"], env["LOGNAME"] = user.home, user.name, user.name
+        account = {"user": user.uid, "group": user.gid, "extra_groups": []}
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # The subject's prints go to stderr: stdout is the verdict table's.
     err: Any = None if _open_fd(2) else subprocess.DEVNULL
@@ -51,8 +60,7 @@ def spawn() -> Spawned:
         process = subprocess.Popen(
             [sys.executable, "-c", BOOT, package_parent, str(theirs.fileno()), str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(theirs.fileno(),),
-            env=worker_env(dict(os.environ)),
-            start_new_session=True)  # its own process group, killed as one
+            env=env, start_new_session=True, **account)  # its own process group, killed as one
     finally:
         theirs.close()
     return process, Connection(ours.detach())

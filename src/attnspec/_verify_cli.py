@@ -201,7 +201,7 @@ FLAGS = {"only": "--only", "skip": "--skip", "device": "--device", "dtypes": "--
          "profile": "--profile", "max_examples": "--max-examples", "seed": "--seed",
          "timeout": "--timeout", "max_seq": "--max-seq", "report": "--report",
          "max_heads": "--max-heads", "max_head_dim": "--max-head-dim", "max_width": "--max-width",
-         "replay": "--replay", "world_sizes": "--world-sizes"}
+         "replay": "--replay", "world_sizes": "--world-sizes", "worker_user": "--worker-user"}
 """verify()'s parameters, as the command line spells them."""
 
 
@@ -260,6 +260,10 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--world-sizes", default="2,4", metavar="W,...",
                         help="the ranks tp_equivalence and cp_equivalence shard over (2,4), "
                              "where the subject's WORLD_SIZES allow; each rank is a process")
+    verify.add_argument("--worker-user", metavar="USER",
+                        help="run the subject's worker and ranks as USER (the runner must be "
+                             "root): the subject then cannot reach the runner's memory, files "
+                             "or signals")
     verify.add_argument("--report", metavar="FILE.json",
                         help="write a JSON report (atomically; once, plainly, to a device or "
                              "pipe)")
@@ -306,9 +310,15 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
                 stop: _Stop) -> int:
+    from ._isolation import become_subreaper, make_undumpable
     from ._spawn import prestart
 
-    prestart()  # the worker imports torch while this process does (two cores, half the wait)
+    # Before any subject code runs: no same-user process (unless root) may ptrace this one or
+    # open its /proc/PID/{mem,fd,environ}, and whatever the subject detaches is adopted here.
+    make_undumpable()
+    become_subreaper()
+    if args.worker_user is None:  # a worker for another user starts with the session
+        prestart()  # the worker imports torch while this process does (two cores, half the wait)
     from ._engine import verify
     from ._report import progress_printer
 
@@ -340,6 +350,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
             seed=args.seed, timeout=args.timeout, max_seq=args.max_seq,
             max_heads=args.max_heads, max_head_dim=args.max_head_dim, max_width=args.max_width,
             world_sizes=_world_sizes(args.world_sizes), report=None if plain else args.report,
+            worker_user=args.worker_user,
             progress=progress,
             exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
             on_start=on_start,
@@ -374,5 +385,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
               f"{printable(report.write_error)}", file=err)
         return EXIT_FAILED if report.failures else EXIT_USAGE
     if args.report:
-        print(f"\nreport: {args.report}", file=out)
+        # Printed where only attnspec writes: a report changed after the run no longer matches.
+        digest = None if plain else report.digest
+        print(f"\nreport: {args.report}" + (f" (sha256 {digest})" if digest else ""), file=out)
     return EXIT_OK if report.ok else EXIT_FAILED

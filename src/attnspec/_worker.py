@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from ._errors import TargetError
 from ._execute import Executed, execute
+from ._isolation import WorkerUser, become_subreaper, sweep
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
 from ._spawn import spawn, take
 from ._subject import Subject, fault_text
@@ -127,21 +128,30 @@ class Executor(Protocol):
 # ---- the worker's side ------------------------------------------------------------------------
 
 
+def _end_everything() -> None:
+    """Kill what the subject started: the processes it detached from the group (adopted here,
+    this worker being a subreaper), then the group, this process included."""
+    sweep(own_session=True, seconds=2.0)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
 def _watch_parent(parent: int) -> None:
     """End the whole process group once the runner is gone (killed, even by SIGKILL)."""
     while True:
         time.sleep(_PARENT_POLL)
         if os.getppid() != parent:
-            os.killpg(os.getpgid(0), signal.SIGKILL)
+            _end_everything()
 
 
 def main(fd: int, parent: int) -> None:
     """The worker process: load the subject, then answer requests until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the runner, not a subject
+    # Before the subject runs: a process it detaches (setsid, a double fork) stays ours.
+    become_subreaper()
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     _serve(Connection(fd))
     # Stopped, or the runner is gone: whatever the subject started goes with this process.
-    os.killpg(os.getpgid(0), signal.SIGKILL)
+    _end_everything()
 
 
 def _serve(conn: Connection) -> None:
@@ -256,8 +266,10 @@ class Worker:
 
     def __init__(self, target: str, *, timeout: float = 30.0,
                  start_timeout: float = 300.0,
-                 sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM, MAX_WIDTH)) -> None:
+                 sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM, MAX_WIDTH),
+                 user: WorkerUser | None = None) -> None:
         self.target = target
+        self.user = user  # the account the worker runs under (a root runner's option)
         self.sizes = sizes  # (max_heads, max_head_dim, max_width): the grid `supports` is asked
         self.timeout = timeout
         self.start_timeout = start_timeout
@@ -275,7 +287,8 @@ class Worker:
 
     def _start(self) -> SubjectInfo:
         # The first start adopts a worker `attnspec verify` started ahead, if there is one.
-        process, conn = (self.restarts < 0 and take()) or spawn()
+        # A worker for another user is never the one started ahead (that one is the runner's).
+        process, conn = (self.restarts < 0 and self.user is None and take()) or spawn(self.user)
         self._process, self._conn = process, conn
         self.restarts += 1
         try:
@@ -295,8 +308,11 @@ class Worker:
             answer = decode(conn.recv_bytes())
         except (EOFError, OSError, WireError):
             code = self._reap()
+            as_user = "" if self.user is None else (
+                f"; the worker ran as user {self.user.name!r}: it must be able to read attnspec, "
+                "torch, the TARGET and the working directory (its stderr above says more)")
             raise TargetError(f"TARGET {self.target!r} killed its process while loading "
-                              f"({_signal_name(code)}).") from None
+                              f"({_signal_name(code)}){as_user}.") from None
         if answer.get("kind") != "ready":
             self._kill()
             raise TargetError(str(answer.get("message", answer)))

@@ -1,0 +1,174 @@
+"""Keeping a subject's processes away from the runner, as far as Linux allows one user.
+
+A subject runs as the runner's user, so file permissions do not separate them. What does:
+
+- the runner is a *child subreaper* (prctl PR_SET_CHILD_SUBREAPER): a process the subject
+  detaches from its group (`setsid`, a double fork) is re-parented to the runner instead of
+  init, and `sweep` kills every such process before the final report is written;
+- the command-line runner is *not dumpable* (PR_SET_DUMPABLE 0): another process of the same
+  user, unless it is root, can then neither ptrace it nor open its /proc/PID/mem, fd/ or
+  environ, so a subject cannot write into the runner's memory or its stdout pipe;
+- `worker_user`: a root runner can run the worker (and the ranks) as another user, which also
+  keeps the subject away from the runner's files and signals.
+
+Everything here is best effort off Linux: the functions report what took effect.
+docs/design.md section 6 says what holds for a non-root subject, for root, and what never does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import pwd
+import signal
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["WorkerUser", "become_subreaper", "children", "is_dumpable", "is_subreaper",
+           "make_undumpable", "resolve_worker_user", "sweep"]
+
+_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def _prctl(option: int, arg: int = 0) -> int | None:
+    """prctl(option, arg), or None where there is no prctl (not Linux) or it failed."""
+    libc = _libc()
+    if libc is None:
+        return None
+    if option in (_PR_GET_CHILD_SUBREAPER,):
+        value = ctypes.c_int(0)
+        done = libc.prctl(option, ctypes.byref(value), 0, 0, 0)
+        return None if done != 0 else value.value
+    done = libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0)
+    return None if done < 0 else int(done)
+
+
+def become_subreaper() -> bool:
+    """Adopt this process's orphaned descendants (Linux >= 3.4); True if it took effect."""
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1) == 0
+
+
+def is_subreaper() -> bool:
+    return _prctl(_PR_GET_CHILD_SUBREAPER) == 1
+
+
+def make_undumpable() -> bool:
+    """Close /proc/PID/{mem,fd,environ} and ptrace to same-user processes that are not root."""
+    return _prctl(_PR_SET_DUMPABLE, 0) == 0
+
+
+def is_dumpable() -> bool | None:
+    found = _prctl(_PR_GET_DUMPABLE)
+    return None if found is None else bool(found)
+
+
+def _stat(pid: int) -> tuple[int, int, str] | None:
+    """(parent pid, session id, state) of a process, from /proc/PID/stat; None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces or ')': split after the last one.
+    fields = raw[raw.rfind(")") + 2:].split()
+    try:
+        return int(fields[1]), int(fields[3]), fields[0]
+    except (IndexError, ValueError):
+        return None
+
+
+def children(pid: int | None = None) -> dict[int, tuple[int, str]]:
+    """The live children of `pid` (this process by default): {child: (session id, state)}."""
+    parent = os.getpid() if pid is None else pid
+    found: dict[int, tuple[int, str]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if name.isdigit():
+            stat = _stat(int(name))
+            if stat is not None and stat[0] == parent:
+                found[int(name)] = (stat[1], stat[2])
+    return found
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # reaped elsewhere (a Popen of ours), or not ours to reap
+
+
+def sweep(keep: Iterable[int] = (), *, own_session: bool = False, seconds: float = 5.0) -> int:
+    """Kill every child of this process that is not in `keep`, again and again as killing them
+    re-parents their own children here, for at most `seconds`; return how many were killed.
+
+    Unless `own_session`, children in this process's own session are left alone: they are the
+    caller's (a user's script that calls `attnspec.verify` may have children of its own), while
+    a subject's processes run in sessions of their own (the worker's, or one made by setsid).
+    """
+    kept, session = set(keep), os.getsid(0)
+    killed: set[int] = set()
+    deadline = time.monotonic() + seconds
+    while True:
+        found = children()
+        targets = [pid for pid, (sid, _state) in found.items()
+                   if pid not in kept and (own_session or sid != session)]
+        live = [pid for pid in targets if found[pid][1] != "Z"]
+        for pid in live:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in targets:
+            _reap(pid)
+        if not live or time.monotonic() >= deadline:
+            # One last look for zombies the kills just made (their parent is us now).
+            for pid in children():
+                if pid in killed:
+                    _reap(pid)
+            return len(killed)
+        time.sleep(0.01)
+
+
+@dataclass(frozen=True)
+class WorkerUser:
+    """The account a root runner starts its workers under (`worker_user`)."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+def resolve_worker_user(name: str) -> WorkerUser:
+    """The account `name` (or a numeric uid); ValueError saying why it cannot be used."""
+    if not sys.platform.startswith("linux") and not sys.platform.startswith("darwin"):
+        raise ValueError("running the worker as another user needs a POSIX system.")
+    try:
+        entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except (KeyError, ValueError):
+        raise ValueError(f"there is no user {name!r} on this machine.") from None
+    if os.geteuid() != 0:
+        raise ValueError(f"only root can start processes as another user, and this runner is "
+                         f"uid {os.geteuid()}; run as root, or leave the option out.")
+    if entry.pw_uid == 0:
+        raise ValueError(f"{name!r} is root (uid 0): the worker would be no more separate than "
+                         "without the option; name an unprivileged user such as nobody.")
+    return WorkerUser(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid,
+                      home=entry.pw_dir)
