@@ -159,6 +159,7 @@ V2 = AttentionSpec(8, 2)
     ("detach_raises", "width", V2,
      "forward's output: reading it raised RuntimeError: this tensor is pinned to its graph"),
     ("decode_writes_input", "decode", V2, "wrote into its input x: a hook must leave"),
+    ("decode_writes_ahead", "decode", V2, "wrote into its input x: a hook must leave"),
     ("decode_float64", "decode", V2, "torch.float64 on cpu, not (2, "),
     ("padded_writes_mask", "padding_invariance", V2, "wrote into its input key_mask"),
     ("cross_writes_kv", "causal_corner", V2, "wrote into its input x_kv"),

@@ -212,12 +212,12 @@ def _sent(what: str, out: Tensor) -> dict[str, Any]:
                                           lambda: str(out.device.type))}
 
 
-def _unchanged(call: str, given: Mapping[str, Tensor]) -> Callable[[], None]:
-    """A check, for after `call`, that it left the tensors it was given as they were (the
+def _unchanged(given: Mapping[str, Tensor]) -> Callable[[str], None]:
+    """A check, for after each call, that the tensors given are as they were now (the
     caller's hidden states and masks: a hook that writes into them corrupts the model)."""
     before = {name: t.clone() for name, t in given.items()}
 
-    def check() -> None:
+    def check(call: str) -> None:
         for name, t in given.items():
             was = before[name]
             same = _call(f"{call}: comparing {name} after the call raised",
@@ -252,7 +252,7 @@ def _forward(module: torch.nn.Module, x: Tensor, grad: bool, state: Executed | N
         shapes = ", ".join(f"{k} of shape {tuple(t.shape)}" for k, t in given.items()
                            if k != "key_mask")
         what = f"{name} raised on {shapes}"
-        unchanged = _unchanged(f"{name} on {shapes}", given)
+        unchanged = _unchanged(given)
 
     def run() -> Any:
         with torch.set_grad_enabled(grad):
@@ -260,7 +260,7 @@ def _forward(module: torch.nn.Module, x: Tensor, grad: bool, state: Executed | N
 
     out = _tensor_out(_call(what, run), x)
     if given:
-        unchanged()
+        unchanged(f"{name} on {shapes}")
     return out
 
 
@@ -278,6 +278,8 @@ def _decode(state: Executed, module: torch.nn.Module, x: Tensor, chunks: list[in
     chunk's output has the chunk's shape, dtype and device, and the inputs stay unchanged."""
     hook = _hook(state, "decode" if mask is None else "decode_padded")
     cache, offset, outs = None, 0, []
+    # All of x and the mask: a chunk's call may reach past its own view into later tokens.
+    unchanged = _unchanged({"x": x} if mask is None else {"x": x, "key_mask": mask})
     B, _, C = x.shape
     for size in chunks:
         piece = x[:, offset:offset + size]
@@ -285,8 +287,6 @@ def _decode(state: Executed, module: torch.nn.Module, x: Tensor, chunks: list[in
         call = (f"decode(module, x[:, {offset}:{offset + size}], cache, offset={offset})"
                 if seen is None else f"decode_padded(module, x[:, {offset}:{offset + size}], "
                 f"key_mask[:, :{offset + size}], cache, offset={offset})")
-        unchanged = _unchanged(call, {"x": piece} if seen is None
-                               else {"x": piece, "key_mask": seen})
 
         def run(piece: Tensor = piece, seen: Tensor | None = seen, cache: Any = cache,
                 offset: int = offset) -> Any:
@@ -308,7 +308,7 @@ def _decode(state: Executed, module: torch.nn.Module, x: Tensor, chunks: list[in
             raise _Fault(f"{call} returned output of shape {layout[0]} {layout[1]} on "
                          f"{layout[2]}, not {(B, size, C)} {piece.dtype} on {piece.device} "
                          "like its input.")
-        unchanged()
+        unchanged(call)
         outs.append(out)
         offset += size
     return _call("joining the decoded chunks (torch.cat) raised",  # subclasses may refuse

@@ -2,10 +2,10 @@
 
 `:decode_on_meta` decodes its prefill onto the meta device; `:supports_tensor` has
 supports(spec) return a tensor; `:detach_raises` returns a tensor subclass whose detach()
-raises; `:decode_writes_input` adds to the tokens it is given; `:decode_float64` returns float64
-for float32 tokens; `:padded_writes_mask` clears the key mask it is given; `:cross_writes_kv`
-scales x_kv in place; `:shifted_float64` returns float64; `:padded_wrong_shape` drops the last
-position.
+raises; `:decode_writes_input` adds to the tokens it is given; `:decode_writes_ahead` zeroes the
+tokens after its chunk; `:decode_float64` returns float64 for float32 tokens;
+`:padded_writes_mask` clears the key mask it is given; `:cross_writes_kv` scales x_kv in place;
+`:shifted_float64` returns float64; `:padded_wrong_shape` drops the last position.
 """
 
 from collections.abc import Callable
@@ -45,6 +45,15 @@ def _decode_writes_input(module: nn.Module, x: Tensor, cache: object, offset: in
                          ) -> tuple[Tensor, object]:
     out, cache = reference.decode(module, x, cache, offset)
     x.add_(1.0)  # the caller's hidden state, changed after use
+    return out, cache
+
+
+def _decode_writes_ahead(module: nn.Module, x: Tensor, cache: object, offset: int,
+                         ) -> tuple[Tensor, object]:
+    out, cache = reference.decode(module, x, cache, offset)
+    B, t, C = x.shape  # the chunk is a view of the whole sequence: zero the tokens after it
+    whole = x.as_strided((B, x.stride(0) // C, C), x.stride(), x.storage_offset() - offset * C)
+    whole[:, offset + t:] = 0.0
     return out, cache
 
 
@@ -89,6 +98,7 @@ supports_tensor = SimpleNamespace(PROTOCOL=2, build=reference.build,
 detach_raises = SimpleNamespace(PROTOCOL=2,
                                 build=lambda spec: _Forward(reference.build(spec), _undetachable))
 decode_writes_input = _subject(decode=_decode_writes_input)
+decode_writes_ahead = _subject(decode=_decode_writes_ahead)
 decode_float64 = _subject(decode=_decode_float64)
 padded_writes_mask = _subject(padded=_padded_writes_mask)
 cross_writes_kv = _subject(cross=_cross_writes_kv)
