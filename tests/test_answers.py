@@ -122,6 +122,7 @@ def test_subject_info_round_trips_through_its_json() -> None:
     ({"world_sizes": [0]}, "'world_sizes' = [0]"),
     ({"variants": {"window": 3}}, "'variants'"),
     ({"variants": {"colour": "any"}}, "'variants'"),
+    ({"variants": {"window": [torch.ones(2)]}}, "'variants'"),
 ])
 def test_subject_info_of_the_wrong_form_is_a_target_error(changes: dict[str, Any],
                                                           text: str) -> None:

@@ -105,7 +105,7 @@ class SubjectInfo:
                    world_sizes=subject.world_sizes, cp_layout=subject.cp_layout)
 
     @classmethod
-    def from_json(cls, data: Any, target: str = "") -> SubjectInfo:
+    def from_json(cls, data: Any) -> SubjectInfo:
         """The info a worker sent, checked field by field: a field of the wrong type or out of
         its range is a TargetError (the subject may write to the worker's pipe while loading)."""
         from ._inference import CORNERS, MASKED_ROWS, PADDING_VALUES
@@ -121,7 +121,7 @@ class SubjectInfo:
             if key not in data and not required:
                 return default
             value = data.get(key)
-            if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+            if not isinstance(value, kind):
                 raise TargetError(f"'info' has {key!r} = {_clipped(value)}")
             return value
 
@@ -144,7 +144,7 @@ class SubjectInfo:
         variants = get("variants", (dict, type(None)))
         if variants is not None and not all(
                 k in VARIABLE_FIELDS and (v == "any" or isinstance(v, list) and v)
-                for k, v in variants.items()):
+                for k, v in variants.items()) or _unsendable(variants) is not None:
             raise TargetError(f"'info' has 'variants' = {_clipped(variants)}")
         dtypes = items("dtypes", lambda d: d in DTYPE_NAMES, None)
         supported = items("supported", lambda p: isinstance(p, list) and len(p) == 2
@@ -255,12 +255,7 @@ def _answer(conn: Connection) -> None:
                                     f"rank {rank} could not join the process group: "
                                     f"{fault_text(error)}"}))
             return
-    try:
-        ready = encode({"kind": "ready", "info": asdict(info)})
-    except BaseException as error:  # noqa: BLE001 - what the TARGET declared cannot be sent
-        ready = encode({"kind": "target_error", "message": f"TARGET {target!r}: what it "
-                        f"declares cannot be sent to the runner: {fault_text(error)}"})
-    conn.send_bytes(ready)
+    conn.send_bytes(encode({"kind": "ready", "info": asdict(info)}))
     while True:
         request = decode(conn.recv_bytes())
         if request.get("stop"):
@@ -384,7 +379,7 @@ class Worker:
             if kind != "ready":
                 raise TargetError(f"answered {_clipped(answer)} instead of 'ready' or "
                                   "'target_error'")
-            return SubjectInfo.from_json(answer.get("info"), self.target)
+            return SubjectInfo.from_json(answer.get("info"))
         except TargetError as error:
             self._kill()
             raise TargetError(f"TARGET {self.target!r}: the worker's message on loading is not "
