@@ -60,7 +60,7 @@ def check_results(answer: Mapping[str, Any], steps: Sequence[Mapping[str, Any]],
     results = answer.get("results")
     if not (isinstance(results, list) and len(results) == len(steps)
             and all(isinstance(r, dict) for r in results)):
-        raise BadAnswer(f"{who} answered {len(steps)} step{'s' * (len(steps) != 1)} with "
+        raise BadAnswer(f"{who} answered {len(steps)} steps with "
                         f"{_kind_name(results)} {_shown(results)}, not one result per step "
                         "(did the subject write to attnspec's pipe?).")
     for step, result in zip(steps, results, strict=True):
