@@ -12,15 +12,18 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
+from ._answers import call_name
 from ._reference import BIAS_KEYS, WEIGHT_KEYS
 from ._subject import Subject, dtype_from_name, fault_text
 
-__all__ = ["Executed", "execute", "reset_torch_state", "vjp"]
+__all__ = ["Executed", "answer_bool", "execute", "reset_torch_state", "vjp"]
+
+_T = TypeVar("_T")
 
 
 class _Fault(Exception):
@@ -71,14 +74,34 @@ def vjp(outs: Sequence[Tensor], inputs: Sequence[Tensor], cotangents: Sequence[T
     return torch.autograd.grad(total, list(inputs), allow_unused=True)
 
 
-def _call(what: str, fn: Any, *args: Any) -> Any:
+def _call(what: str, fn: Callable[..., _T], *args: Any) -> _T:
     """fn(*args), the subject's code; what it raises becomes a fault that starts with `what`."""
     try:
         return fn(*args)
+    except _Fault:  # already the subject's fault, said in full
+        raise
     except BaseException as error:
         if not _subject_error(error):
             raise
         raise _Fault(f"{what}: {fault_text(error)}") from None
+
+
+def answer_bool(call: str, value: Any, error: type[Exception]) -> bool:
+    """A yes-or-no answer of the subject's: a bool or a numpy bool, nothing else (a tensor's
+    truth raises, and a None or a number is more likely a bug than an answer)."""
+    kind = type(value)
+    if kind is bool or (kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool")):
+        return bool(value)
+    raise error(f"{call} returned {kind.__name__} {_shown(value)}, not a bool (True or "
+                "False).")
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = repr(value)
+    except BaseException:  # noqa: BLE001 - the subject's repr: show none
+        return "(unprintable)"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _build(state: Executed, spec: Mapping[str, Any]) -> None:
@@ -94,7 +117,9 @@ def _build(state: Executed, spec: Mapping[str, Any]) -> None:
         attention = AttentionSpec.from_json(spec.get("spec") or {"n_embd": C, "n_head": H})
         args, call = (attention,), f"build(AttentionSpec({attention.describe()}))"
         supports = state.subject.supports
-        if supports is not None and not _call("supports(spec) raised", supports, attention):
+        if supports is not None and not answer_bool(
+                f"supports(AttentionSpec({attention.describe()}))",
+                _call("supports(spec) raised", supports, attention), _Fault):
             raise _Unsupported(call)
     with torch.random.fork_rng(devices=[]):
         # The same example builds the same weights on replay. The CPU generator alone: seeding
@@ -158,39 +183,86 @@ def _tensor_out(out: Any, x: Tensor) -> Tensor:
 
 
 def _sendable(what: str, value: Tensor) -> Tensor:
-    if value.device.type == "meta":
-        raise _Fault(f"{what} is on the meta device (shape {tuple(value.shape)}): it holds no "
-                     "values to compare.")
-    if value.is_complex() or not (value.is_floating_point() or value.dtype == torch.bool):
-        raise _Fault(f"{what} is a {value.dtype} tensor; attnspec compares floating tensors.")
-    return value.detach().to("cpu")
+    """The subject's tensor as a plain CPU tensor to send; reading it (a subclass may raise
+    anywhere) is the subject's business, so what it raises is its fault."""
+    try:
+        device, dtype = value.device.type, value.dtype
+        shape = tuple(value.shape)
+        if device == "meta":
+            raise _Fault(f"{what} is on the meta device (shape {shape}): it holds no values to "
+                         "compare.")
+        if value.is_complex() or not (value.is_floating_point() or dtype == torch.bool):
+            raise _Fault(f"{what} is a {dtype} tensor; attnspec compares floating tensors.")
+        plain = value.detach().to("cpu")
+        if type(plain) is not Tensor:  # a subclass's methods would run in the encoder
+            plain = torch.empty(shape, dtype=dtype).copy_(plain.as_subclass(Tensor))
+        return plain
+    except _Fault:
+        raise
+    except BaseException as error:
+        if not _subject_error(error):
+            raise
+        raise _Fault(f"{what}: reading it raised {fault_text(error)}") from None
+
+
+def _sent(what: str, out: Tensor) -> dict[str, Any]:
+    """An output as the runner gets it: the values, and the device it was on."""
+    plain = _sendable(what, out)
+    return {"out": plain, "device": _call(f"{what}: reading its device raised",
+                                          lambda: str(out.device.type))}
+
+
+def _unchanged(given: Mapping[str, Tensor]) -> Callable[[str], None]:
+    """A check, for after each call, that the tensors given are as they were now (the
+    caller's hidden states and masks: a hook that writes into them corrupts the model)."""
+    before = {name: t.detach().clone() for name, t in given.items()}
+
+    def check(call: str) -> None:
+        for name, t in given.items():
+            was = before[name]
+            same = _call(f"{call}: comparing {name} after the call raised",
+                         lambda t=t, was=was: t.shape == was.shape and t.dtype == was.dtype
+                         and (torch.equal(t, was)  # one pass; NaN padding needs the second
+                              or bool(((t == was) | (t != t) & (was != was)).all())))
+            if not same:
+                raise _Fault(f"{call} wrote into its input {name}: a hook must leave the "
+                             "tensors it is given unchanged.")
+    return check
 
 
 def _forward(module: torch.nn.Module, x: Tensor, grad: bool, state: Executed | None = None,
              step: Mapping[str, Any] | None = None) -> Tensor:
     """module(x); with a step's `mask`, the padded hook; with its `x_kv`, the cross hook; with
-    its `offset`, the shifted hook."""
+    its `offset`, the shifted hook. A hook must leave its inputs as they were."""
     what = f"forward raised on input of shape {tuple(x.shape)}"
     call: Callable[[], Any] = lambda: module(x)  # noqa: E731
+    given: dict[str, Tensor] = {}
     if step is not None and state is not None and step.get("mask") is not None:
         mask = step["mask"].to(device=x.device, dtype=torch.bool)
-        what = f"padded(module, x, key_mask) raised on x of shape {tuple(x.shape)}"
+        name, given = "padded(module, x, key_mask)", {"x": x, "key_mask": mask}
         call = lambda: _hook(state, "padded")(module, x, mask)  # noqa: E731
     elif step is not None and state is not None and step.get("x_kv") is not None:
         x_kv = step["x_kv"].to(x.device)
-        what = (f"cross(module, x_q, x_kv) raised on x_q of shape {tuple(x.shape)}, x_kv of "
-                f"shape {tuple(x_kv.shape)}")
+        name, given = "cross(module, x_q, x_kv)", {"x_q": x, "x_kv": x_kv}
         call = lambda: _hook(state, "cross")(module, x, x_kv)  # noqa: E731
     elif step is not None and state is not None and step.get("offset") is not None:
         offset = int(step["offset"])
-        what = f"shifted(module, x, offset={offset}) raised on x of shape {tuple(x.shape)}"
+        name, given = f"shifted(module, x, offset={offset})", {"x": x}
         call = lambda: _hook(state, "shifted")(module, x, offset)  # noqa: E731
+    if given:
+        shapes = ", ".join(f"{k} of shape {tuple(t.shape)}" for k, t in given.items()
+                           if k != "key_mask")
+        what = f"{name} raised on {shapes}"
+        unchanged = _unchanged(given)
 
     def run() -> Any:
         with torch.set_grad_enabled(grad):
             return call()
 
-    return _tensor_out(_call(what, run), x)
+    out = _tensor_out(_call(what, run), x)
+    if given:
+        unchanged(f"{name} on {shapes}")
+    return out
 
 
 def _hook(state: Executed, name: str) -> Any:
@@ -203,38 +275,50 @@ def _hook(state: Executed, name: str) -> Any:
 def _decode(state: Executed, module: torch.nn.Module, x: Tensor, chunks: list[int],
             mask: Tensor | None = None) -> Tensor:
     """The decode hook over x, chunk by chunk, each against the cache the last one returned;
-    with a key mask, the decode_padded hook, given the mask up to the chunk's end."""
+    with a key mask, the decode_padded hook, given the mask up to the chunk's end. Each
+    chunk's output has the chunk's shape, dtype and device, and the inputs stay unchanged."""
     hook = _hook(state, "decode" if mask is None else "decode_padded")
     cache, offset, outs = None, 0, []
+    # All of x and the mask: a chunk's call may reach past its own view into later tokens.
+    unchanged = _unchanged({"x": x} if mask is None else {"x": x, "key_mask": mask})
     B, _, C = x.shape
     for size in chunks:
         piece = x[:, offset:offset + size]
+        seen = None if mask is None else mask[:, :offset + size]
         call = (f"decode(module, x[:, {offset}:{offset + size}], cache, offset={offset})"
-                if mask is None else f"decode_padded(module, x[:, {offset}:{offset + size}], "
+                if seen is None else f"decode_padded(module, x[:, {offset}:{offset + size}], "
                 f"key_mask[:, :{offset + size}], cache, offset={offset})")
 
-        def run(piece: Tensor = piece, cache: Any = cache, offset: int = offset) -> Any:
+        def run(piece: Tensor = piece, seen: Tensor | None = seen, cache: Any = cache,
+                offset: int = offset) -> Any:
             with torch.no_grad():
-                if mask is None:
+                if seen is None:
                     return hook(module, piece, cache, offset)
-                return hook(module, piece, mask[:, :offset + piece.size(1)], cache, offset)
+                return hook(module, piece, seen, cache, offset)
 
         result = _call(f"{call} raised", run)
-        if not (isinstance(result, tuple) and len(result) == 2):
+        pair = _call(f"{call}: unpacking its result raised",
+                     lambda result=result: tuple(result) if isinstance(result, tuple) else None)
+        if pair is None or len(pair) != 2:
             raise _Fault(f"{call} returned {type(result).__name__}, not (output, cache).")
-        out, cache = result
+        out, cache = pair
         out = _tensor_out(out, piece)
-        if tuple(out.shape) != (B, size, C):
-            raise _Fault(f"{call} returned output of shape {tuple(out.shape)}, not "
-                         f"{(B, size, C)}.")
+        layout = _call(f"{call}: reading its output's shape, dtype and device raised",
+                       lambda out=out: (tuple(out.shape), out.dtype, out.device))
+        if layout != ((B, size, C), piece.dtype, piece.device):
+            raise _Fault(f"{call} returned output of shape {layout[0]} {layout[1]} on "
+                         f"{layout[2]}, not {(B, size, C)} {piece.dtype} on {piece.device} "
+                         "like its input.")
+        unchanged(call)
         outs.append(out)
         offset += size
-    return torch.cat(outs, dim=1)
+    return _call("joining the decoded chunks (torch.cat) raised",  # subclasses may refuse
+                 lambda: torch.cat(outs, dim=1))
 
 
 def _parameters(module: torch.nn.Module) -> list[tuple[str, Tensor]]:
-    named = _call("module.named_parameters() raised", lambda: list(module.named_parameters()))
-    return [(n, p) for n, p in named if isinstance(p, Tensor) and p.requires_grad]
+    return _call("module.named_parameters() raised", lambda: [  # its own tensors' flags too
+        (n, p) for n, p in module.named_parameters() if isinstance(p, Tensor) and p.requires_grad])
 
 
 def _export(subject: Subject, module: torch.nn.Module) -> dict[str, Tensor]:
@@ -246,6 +330,11 @@ def _export(subject: Subject, module: torch.nn.Module) -> dict[str, Tensor]:
         raise _Fault(f"export_weights returned {type(exported).__name__}, not a mapping of "
                      f"{', '.join(WEIGHT_KEYS)} to tensors.")
     weights = _call("iterating export_weights' mapping raised", lambda: dict(exported.items()))
+    return _call("reading export_weights' mapping raised", _exported, weights)
+
+
+def _exported(weights: dict[Any, Any]) -> dict[str, Tensor]:
+    """The protocol's keys of the mapping export_weights returned (its keys are its own)."""
     missing = [k for k in WEIGHT_KEYS if k not in weights]
     if missing:
         keys = sorted(map(str, weights))
@@ -282,11 +371,11 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         mask = step.get("mask")
         out = _decode(state, module, tokens, [int(n) for n in step["chunks"]],
                       None if mask is None else mask.to(device=tokens.device, dtype=torch.bool))
-        return {"out": _sendable("decode's output", out), "device": out.device.type}
+        return _sent("decode's output", out)
     if op == "forward":
         x: Tensor = step["x"].to(state.device)
         out = _forward(module, x, grad=False, state=state, step=step)
-        result = {"out": _sendable("forward's output", out), "device": out.device.type}
+        result = _sent("forward's output", out)
         if step.get("keep_input"):
             result["input"] = x
         return result
@@ -294,10 +383,14 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         x = step["x"].to(state.device).requires_grad_(True)
         params = _parameters(module) if step.get("params") else []
         out = _forward(module, x, grad=True, state=state, step=step)
-        sent = {"out": _sendable("forward's output", out), "device": out.device.type}
-        if not out.requires_grad:
+        sent = _sent("forward's output", out)
+        if not _call("reading the output's requires_grad raised", lambda: bool(out.requires_grad)):
             return {**sent, "grad_x": None, "params": {}}
-        cotangent = step["cotangent"].to(device=out.device, dtype=out.dtype)
+        if sent["out"].shape != step["cotangent"].shape:  # else backward's own, obscure error
+            raise _Fault(f"{call_name(step)} returned {tuple(sent['out'].shape)} for input "
+                         f"{tuple(x.shape)}: its backward needs an output of the input's shape.")
+        cotangent = _call("moving the cotangent to the output's device raised",
+                          lambda: step["cotangent"].to(device=out.device, dtype=out.dtype))
         grads = _call("backward raised", lambda: vjp([out], [x, *(p for _, p in params)],
                                                      [cotangent]))
         return {**sent,
@@ -320,19 +413,20 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         from torch.distributed.tensor import DTensor
 
         if isinstance(out, DTensor):  # gathered before the backward, which then scatters
-            out = _call("gathering the output (full_tensor()) raised", out.full_tensor)
-        if out.requires_grad:
-            cotangent = step["cotangent"].to(device=out.device, dtype=out.dtype)
+            out = _tensor_out(_call("gathering the output (full_tensor()) raised",
+                                    lambda: out.full_tensor()), x)
+        if _call("reading the output's requires_grad raised", lambda: bool(out.requires_grad)):
+            cotangent = _call("moving the cotangent to the output's device raised",
+                              lambda: step["cotangent"].to(device=out.device, dtype=out.dtype))
             grads = _call("backward raised", lambda: vjp([out], [x, *(p for _, p in params)],
                                                          [cotangent]))
         else:
             grads = (None,) * (1 + len(params))
-        full = _call("gathering the output raised", lambda: _plain(out.detach()))
-        shared: dict[str, Any] = {"out": _sendable("forward's output", full),
-                                  "device": out.device.type}
-        shared["grad_x"] = None if grads[0] is None else _sendable(
-            "d(output)/d(input)", _call("gathering d(output)/d(input) raised",
-                                        lambda: _plain(grads[0])))
+        full = _tensor_out(_call("gathering the output raised", lambda: _plain(out.detach())), x)
+        shared: dict[str, Any] = _sent("forward's output", full)
+        gx = grads[0]
+        shared["grad_x"] = None if gx is None else _sendable(
+            "d(output)/d(input)", _call("gathering d(output)/d(input) raised", _plain, gx))
         layouts, gathered = {}, {}
         for (name, _), g in zip(params, grads[1:], strict=True):
             from torch.distributed.tensor import DTensor
@@ -345,7 +439,8 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     if op == "export":
         weights = _export(state.subject, module)
         return {"weights": {k: _sendable(f"export_weights' {k}", v) for k, v in weights.items()},
-                "connected": [k for k, v in weights.items() if v.requires_grad]}
+                "connected": _call("reading export_weights' requires_grad raised", lambda: [
+                    k for k, v in weights.items() if v.requires_grad])}
     if op == "pullback":  # the reference's weight gradients, mapped onto the parameters
         given: dict[str, Tensor] = step["grads"]
         params = _parameters(module)

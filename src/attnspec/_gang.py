@@ -214,6 +214,9 @@ class Gang:
                     answers[rank] = dict(decode(self._ranks[rank][1].recv_bytes()))
                 except (EOFError, OSError, WireError):
                     dead.append((rank, self._exit_code(rank)))
+                except (TypeError, ValueError):  # JSON, but not an object: the subject wrote it
+                    answers[rank] = {"kind": "error", "message": "the rank sent a message that "
+                                     "is not an answer (not a JSON object)"}
                 if (rank not in answers or answers[rank].get("kind") not in _CLEAN) \
                         and ended_by is None:
                     ended_by = time.monotonic() + _GRACE

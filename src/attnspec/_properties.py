@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from . import _tolerance as tol
+from ._answers import BadAnswer, check_kind, check_results
 from ._execute import vjp
 from ._inference import (
     corner_shift,
@@ -142,39 +143,50 @@ class Context:
         self.gangs = gangs  # world -> the ranks that run sharded examples
         self.forwards = 0
         self.notes: list[str] = []
-        self._steps = 0  # steps in the request awaiting collect()
+        self._steps: list[dict[str, Any]] = []  # the steps awaiting collect()
+        self._layout = True  # whether collect() holds outputs to their inputs' layout
+        self._device: str | None = None  # where the module last built runs
 
-    def request(self, ex: Example | None, steps: Sequence[dict[str, Any]]) -> list[Any]:
-        """Build for `ex` (None: keep the module built last) and run `steps`; the results."""
-        self.submit(ex, steps)
+    def request(self, ex: Example | None, steps: Sequence[dict[str, Any]], *,
+                check_layout: bool = True) -> list[Any]:
+        """Build for `ex` (None: keep the module built last) and run `steps`; the results.
+        Outputs must have their inputs' shape, dtype and device unless not `check_layout`
+        (a property that judges the layout itself)."""
+        self.submit(ex, steps, check_layout=check_layout)
         return self.collect()
 
-    def submit(self, ex: Example | None, steps: Sequence[dict[str, Any]]) -> None:
+    def submit(self, ex: Example | None, steps: Sequence[dict[str, Any]], *,
+               check_layout: bool = True) -> None:
         """`request`'s first half: the worker starts while the runner computes its side."""
         self.forwards += sum(1 for s in steps if s["op"] in ("forward", "grad"))
-        self._steps = len(steps)
+        self._steps, self._layout = list(steps), check_layout
+        if ex is not None:
+            self._device = ex.device
         self.executor.submit({"build": None if ex is None else ex.build(), "steps": list(steps)})
 
     def collect(self) -> list[Any]:
-        """The results of the steps last submitted."""
+        """The results of the steps last submitted, each checked against its step."""
         answer = self.executor.collect()
-        if answer.get("kind") == "unsupported":
-            raise Unsupported(str(answer.get("message")))
-        if answer.get("kind") != "ok":
-            raise SubjectFault(str(answer.get("message", "the worker gave no answer")))
-        results = answer.get("results")
-        # The worker's process is the subject's: an answer of the wrong form is its fault.
-        if not (isinstance(results, list) and len(results) == self._steps
-                and all(isinstance(r, dict) for r in results)):
-            raise SubjectFault(f"the worker answered {self._steps} steps with "
-                               f"{type(results).__name__} {str(results)[:80]!r}, not one "
-                               "result per step (did the subject write to attnspec's pipe?).")
-        return results
+        try:
+            kind, message = check_kind(answer)
+            if kind == "unsupported":
+                raise Unsupported(message)
+            if kind != "ok":
+                raise SubjectFault(message or "the worker gave no answer")
+            return check_results(answer, self._steps, device=self._device,
+                                 layout=self._layout)
+        except BadAnswer as bad:
+            # The worker's process is the subject's: after a forged answer its next one cannot
+            # be matched to a request, so the next request gets a fresh worker.
+            restart = getattr(self.executor, "restart_later", None)
+            if callable(restart):
+                restart()
+            raise SubjectFault(str(bad)) from None
 
     def forwards_of(self, ex: Example, xs: Sequence[Tensor], *,
                     check_shape: bool = True) -> list[Tensor]:
         """The subject's outputs on each input, from one module built for `ex`."""
-        self.submit(ex, [{"op": "forward", "x": x} for x in xs])
+        self.submit(ex, [{"op": "forward", "x": x} for x in xs], check_layout=check_shape)
         return self.collect_forwards(ex, xs, check_shape=check_shape)
 
     def collect_forwards(self, ex: Example, xs: Sequence[Tensor], *, check_shape: bool = True,
@@ -295,7 +307,7 @@ def check_width(ctx: Context, ex: Example) -> Outcome:
 
 def check_dtype(ctx: Context, ex: Example) -> Outcome:
     x = _inputs(ex)
-    (result,) = ctx.request(ex, [{"op": "forward", "x": x}])
+    (result,) = ctx.request(ex, [{"op": "forward", "x": x}], check_layout=False)
     out, device = result["out"], result["device"]
     if out.dtype != x.dtype or device != ex.device:
         return _fail(f"out is {out.dtype} on {device}, but should be {x.dtype} on "
@@ -420,7 +432,8 @@ def check_determinism(ctx: Context, ex: Example) -> Outcome:
 
 def check_input_unchanged(ctx: Context, ex: Example) -> Outcome:
     x = _inputs(ex)
-    (result,) = ctx.request(ex, [{"op": "forward", "x": x, "keep_input": True}])
+    (result,) = ctx.request(ex, [{"op": "forward", "x": x, "keep_input": True}],
+                            check_layout=False)  # the output is not what it judges
     after: Tensor = result["input"]
     err, index = (tol.max_abs_diff(after, x) if after.shape == x.shape
                   else (math.inf, None))
@@ -519,10 +532,14 @@ def check_oracle_grad(ctx: Context, ex: Example) -> Outcome:
     for name, gold in gold_p["params"].items():
         if gold is None:
             continue
-        got = mine.get(name)
+        got, dt = mine.get(name), dt_p["params"].get(name)
         got = torch.zeros_like(gold) if got is None else got
+        if got.shape != gold.shape or dt is None or dt.shape != gold.shape:
+            raise SubjectFault(f"d(output)/d({name}) has shape {tuple(got.shape)}, the mapped "
+                               f"reference gradients {tuple(gold.shape)} and "
+                               f"{None if dt is None else tuple(dt.shape)}: they must agree.")
         err, where = tol.max_abs_diff(got, gold)
-        yard = tol.max_abs_diff(dt_p["params"][name], gold)[0]
+        yard = tol.max_abs_diff(dt, gold)[0]
         allowed = tol.allowed(yard, ex.dtype, float(gold.abs().max()))
         if err > allowed:
             return _fail(f"d(output)/d({name}, shape {tuple(gold.shape)}): max|subject - "
@@ -1238,12 +1255,13 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
     blame = _rank_fault(answers)
     if blame is not None:
         raise SubjectFault(f"{hook}(module, mesh) over {W} ranks: {blame}")
-    for r, a in enumerate(answers):  # a rank's process is the subject's: check what it sent
-        got = a.get("results")
-        if not (isinstance(got, list) and len(got) == 1 and isinstance(got[0], dict)
-                and {"out", "grad_x", "params"} <= set(got[0])):
-            raise SubjectFault(f"rank {r} of {W} answered {str(got)[:80]!r}, not one result "
-                               "(did the subject write to attnspec's pipe?).")
+    for r, (a, idx) in enumerate(zip(answers, held, strict=True)):  # a rank is the subject's
+        try:
+            check_results(a, [{"op": "sharded_grad", "x": x[:, idx]}], device=ex.device,
+                          who=f"rank {r} of {W}")
+        except BadAnswer as bad:
+            gang.restart_later()  # its next answer cannot be matched to a request
+            raise SubjectFault(str(bad)) from None
     results = [a["results"][0] for a in answers]
     if mine["grad_x"] is None:
         raise SubjectFault("the unsharded module's output does not depend on its input through "
@@ -1288,6 +1306,10 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
                        f"{_at(index)}.", err, allowed, where or None)
 
     def own_error(value: Tensor, value64: Tensor | None) -> float:
+        if value64 is not None and value64.shape != value.shape:
+            raise SubjectFault(f"the unsharded module's float64 run gave shape "
+                               f"{tuple(value64.shape)} where its own run gave "
+                               f"{tuple(value.shape)}.")
         return 0.0 if value64 is None else tol.max_abs_diff(value, value64)[0]
 
     for key, what, yard in (("out", "the output", yards[0]),
@@ -1364,6 +1386,12 @@ def _check_refusal(ctx: Context, ex: Example) -> Outcome:
         r, a = next((r, a) for r, a in enumerate(answers) if a.get("kind") != "ok")
         return Outcome(PASS, notes=[f"shard_heads' refusal of n_head={H} over world={W} not "
                                     f"asked: the build on rank {r} gave {a.get('kind')}"])
+    for r, a in enumerate(answers):  # a rank is the subject's: check what it sent
+        try:
+            check_results(a, [{"op": "shard_refuses"}], device=None, who=f"rank {r} of {W}")
+        except BadAnswer as bad:
+            gang.restart_later()
+            raise SubjectFault(str(bad)) from None
     accepted = [r for r, a in enumerate(answers) if not a["results"][0]["raised"]]
     if accepted:
         if len(accepted) < W:  # ranks that parted ways: one may wait in a collective forever

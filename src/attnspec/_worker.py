@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from ._errors import TargetError
-from ._execute import Executed, execute
+from ._execute import Executed, answer_bool, execute
 from ._isolation import WorkerUser, become_subreaper, sweep
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
 from ._spawn import spawn, take
@@ -82,10 +82,21 @@ class SubjectInfo:
         supported = None
         if subject.supports is not None and subject.protocol == 1:
             try:
-                supported = tuple((c, h) for c, h in grid(*sizes) if subject.supports(c, h))
+                supported = tuple((c, h) for c, h in grid(*sizes) if answer_bool(
+                    f"TARGET {subject.target!r}: supports({c}, {h})", subject.supports(c, h),
+                    TargetError))
+            except TargetError:
+                raise
             except BaseException as error:  # noqa: BLE001 - while loading, all is the TARGET's
                 raise TargetError(f"TARGET {subject.target!r}: supports() raised "
                                   f"{fault_text(error)}") from None
+        for field, values in (subject.variants or {}).items():
+            bad = _unsendable(values)
+            if bad is not None:
+                raise TargetError(f"TARGET {subject.target!r}: VARIANTS[{field!r}] holds "
+                                  f"{_clipped(bad)} ({type(bad).__name__}), which cannot be "
+                                  "sent as data: list plain values (numbers, strings, None, "
+                                  "True/False; positions as attnspec.RoPE(...) or ALiBi()).")
         return cls(name=subject.name, origin=subject.origin,
                    has_export=subject.export_weights is not None, dtypes=subject.dtypes,
                    supported=supported, cuda=torch.cuda.is_available(),
@@ -95,21 +106,84 @@ class SubjectInfo:
                    world_sizes=subject.world_sizes, cp_layout=subject.cp_layout)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SubjectInfo:
-        supported = data["supported"]
-        return cls(name=str(data["name"]), origin=str(data["origin"]),
-                   has_export=bool(data["has_export"]),
-                   dtypes=None if data["dtypes"] is None else tuple(map(str, data["dtypes"])),
+    def from_json(cls, data: Any) -> SubjectInfo:
+        """The info a worker sent, checked field by field: a field of the wrong type or out of
+        its range is a TargetError (the subject may write to the worker's pipe while loading)."""
+        from ._inference import CORNERS, MASKED_ROWS, PADDING_VALUES
+        from ._sharding import LAYOUTS
+        from ._spec import VARIABLE_FIELDS
+        from ._subject import DTYPE_NAMES, HOOKS
+
+        if not isinstance(data, dict):
+            raise TargetError(f"'info' is {_clipped(data)}, not an object")
+
+        def get(key: str, kind: type | tuple[type, ...], default: Any = None,
+                required: bool = False) -> Any:
+            if key not in data and not required:
+                return default
+            value = data.get(key)
+            if not isinstance(value, kind):
+                raise TargetError(f"'info' has {key!r} = {_clipped(value)}")
+            return value
+
+        def one_of(key: str, allowed: Sequence[Any], default: Any) -> Any:
+            value = data.get(key, default)
+            if not isinstance(value, str | int) or isinstance(value, bool) or value not in allowed:
+                raise TargetError(f"'info' has {key!r} = {_clipped(value)}, not one of "
+                                  f"{', '.join(map(repr, allowed))}")
+            return value
+
+        def items(key: str, check: Any, default: Any) -> Any:
+            value = get(key, (list, type(None)) if default is None else list, default)
+            if value is not None and not all(check(v) for v in value):
+                raise TargetError(f"'info' has {key!r} = {_clipped(value)}")
+            return value
+
+        def whole(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+        variants = get("variants", (dict, type(None)))
+        if variants is not None and not all(
+                k in VARIABLE_FIELDS and (v == "any" or isinstance(v, list) and v)
+                for k, v in variants.items()) or _unsendable(variants) is not None:
+            raise TargetError(f"'info' has 'variants' = {_clipped(variants)}")
+        dtypes = items("dtypes", lambda d: d in DTYPE_NAMES, None)
+        supported = items("supported", lambda p: isinstance(p, list) and len(p) == 2
+                          and all(map(whole, p)), None)
+        return cls(name=get("name", str, required=True), origin=get("origin", str, required=True),
+                   has_export=get("has_export", bool, required=True),
+                   dtypes=None if dtypes is None else tuple(dtypes),
                    supported=None if supported is None else tuple(
-                       (int(c), int(h)) for c, h in supported),
-                   cuda=bool(data["cuda"]), protocol=int(data.get("protocol", 1)),
-                   variants=data.get("variants"),
-                   hooks=tuple(str(h) for h in data.get("hooks", ())),
-                   corner=str(data.get("corner", "bottom_right")),
-                   masked_rows=str(data.get("masked_rows", "zero")),
-                   padding_values=str(data.get("padding_values", "any")),
-                   world_sizes=tuple(int(w) for w in data.get("world_sizes", (2, 4))),
-                   cp_layout=str(data.get("cp_layout", "head_tail")))
+                       (c, h) for c, h in supported),
+                   cuda=get("cuda", bool, required=True),
+                   protocol=one_of("protocol", (1, 2), 1), variants=variants,
+                   hooks=tuple(items("hooks", lambda h: h in HOOKS, [])),
+                   corner=one_of("corner", CORNERS, "bottom_right"),
+                   masked_rows=one_of("masked_rows", MASKED_ROWS, "zero"),
+                   padding_values=one_of("padding_values", PADDING_VALUES, "any"),
+                   world_sizes=tuple(items("world_sizes", whole, [2, 4])),
+                   cp_layout=one_of("cp_layout", LAYOUTS, "head_tail"))
+
+
+def _clipped(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _unsendable(value: Any) -> Any:
+    """The first part of a VARIANTS value that is not plain JSON data (None when it all is):
+    the worker sends VARIANTS to the runner as JSON."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return None
+    if isinstance(value, list | tuple):
+        return next((bad for bad in map(_unsendable, value) if bad is not None), None)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            bad = _unsendable(item) if isinstance(key, str) else key
+            if bad is not None:
+                return bad
+        return None
+    return value
 
 
 class Executor(Protocol):
@@ -313,10 +387,20 @@ class Worker:
                 "torch, the TARGET and the working directory (its stderr above says more)")
             raise TargetError(f"TARGET {self.target!r} killed its process while loading "
                               f"({_signal_name(code)}){as_user}.") from None
-        if answer.get("kind") != "ready":
+        kind = answer.get("kind") if isinstance(answer, dict) else None
+        if kind == "target_error" and isinstance(answer.get("message"), str):
             self._kill()
-            raise TargetError(str(answer.get("message", answer)))
-        return SubjectInfo.from_json(answer["info"])
+            raise TargetError(answer["message"])
+        try:
+            if kind != "ready":
+                raise TargetError(f"answered {_clipped(answer)} instead of 'ready' or "
+                                  "'target_error'")
+            return SubjectInfo.from_json(answer.get("info"))
+        except TargetError as error:
+            self._kill()
+            raise TargetError(f"TARGET {self.target!r}: the worker's message on loading is not "
+                              f"one attnspec sent ({error}); did the subject write to "
+                              "attnspec's pipe?") from None
 
     def _reap(self) -> int | None:
         """Wait briefly for a dying worker's exit code, then clear up its group."""
@@ -380,6 +464,10 @@ class Worker:
                                "the worker was killed and restarted.")
         try:
             return dict(decode(self._conn.recv_bytes()))
+        except (TypeError, ValueError):  # JSON, but not an object: the subject wrote it
+            self._kill()
+            raise SubjectCrash("crash", "the worker sent a message that is not an answer (not "
+                               "a JSON object); it was killed and restarted.") from None
         except (EOFError, OSError):
             code = self._reap()
             raise SubjectCrash("crash", f"the subject killed its process ({_signal_name(code)});"
@@ -388,6 +476,11 @@ class Worker:
             self._kill()
             raise SubjectCrash("crash", f"the worker sent something that is not an answer "
                                f"({error}); it was killed and restarted.") from None
+
+    def restart_later(self) -> None:
+        """Kill the worker: its answers can no longer be matched to requests (it forged one),
+        so the next request starts a fresh one."""
+        self._kill()
 
     def close(self) -> None:
         if self._conn is not None and self._process is not None and self._process.poll() is None:
