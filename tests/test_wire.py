@@ -170,3 +170,4 @@ def test_a_subject_writing_into_the_socket_is_a_crash_within_the_timeout(
     with pytest.raises(TargetError, match="while it loaded, its worker sent something"):
         Worker(str(FAULTY / "writes_to_socket.py"), timeout=1.0)
     assert time.monotonic() - start < 20
+
