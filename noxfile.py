@@ -115,5 +115,4 @@ def cuda(session: nox.Session) -> None:
 def wheel(session: nox.Session) -> None:
     """The built wheel in a clean venv with only its declared dependencies (no numpy): verify
     and the pytest plugin on a user's own subject file (CI)."""
-    session.install("pip")
     session.run("python", "scripts/wheel_smoke.py", *session.posargs)
