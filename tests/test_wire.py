@@ -153,8 +153,9 @@ def test_a_subject_writing_into_the_socket_is_a_crash_within_the_timeout(
     request = {"build": ex.build(), "steps": [{"op": "forward", "x": _inputs(ex)}]}
     monkeypatch.setattr(_worker, "_FRAME_GRACE", 0.5)
     # Each case in a fresh worker, which reads the fault from its environment.
+    # (A frame cut short takes the same path: test_a_frame_cut_short_ends_within_...)
     for fault, says in (("huge", "a frame of 2147483648 bytes, over the"),
-                        ("partial", "the answer stopped after 10 of its 1000 bytes")):
+                        ("forged", "not an answer (an answer numbered None, to request 1;")):
         monkeypatch.setenv("ATTNSPEC_SOCKET_FAULT", fault)
         worker = Worker(str(FAULTY / "writes_to_socket.py"), timeout=1.0)
         try:

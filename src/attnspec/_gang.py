@@ -32,7 +32,7 @@ from ._execute import answer_limit
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
 from ._spawn import spawn
 from ._wire import Channel, WireError, decode, pack
-from ._worker import _FRAME_GRACE, Budget, SubjectCrash, _ready_limit, _signal_name
+from ._worker import _FRAME_GRACE, Budget, SubjectCrash, _check_seq, _ready_limit, _signal_name
 
 __all__ = ["Gang", "RankCrash", "consequence", "join"]
 
@@ -118,6 +118,7 @@ class Gang:
         self.timeout, self.start_timeout, self.sizes = timeout, start_timeout, sizes
         self._ranks: list[tuple[subprocess.Popen[bytes], Channel]] = []
         self._limits: list[int] = []  # the bytes each rank's outstanding answer may take
+        self._seq = 0  # the outstanding requests' number, which their answers echo
         self._port = 0
         self._store: Any = None
         self._token = secrets.token_hex(8)
@@ -225,6 +226,8 @@ class Gang:
                     if not isinstance(answer, dict):
                         raise WireError(f"a message holding {type(answer).__name__}, not an "
                                         "object")
+                    if not starting:
+                        _check_seq(answer, self._seq)
                     answers[rank] = answer
                 except (EOFError, OSError):
                     dead.append((rank, self._exit_code(rank)))
@@ -294,11 +297,12 @@ class Gang:
                 raise RankCrash("crash", self._restart_error, None, ran=False) from None
         self._outstanding = True
         self._limits = [answer_limit(request, 0) for request in requests]
+        self._seq += 1
         budget = Budget(self.pids, self.timeout)
         for (_, conn), request in zip(self._ranks, requests, strict=True):
             try:
                 # A rank that does not take its request in time stays silent: a timeout.
-                conn.send(pack(request), budget.left)
+                conn.send(pack({**request, "seq": self._seq}), budget.left)
             except OSError:
                 pass  # it died since the last answer: collect() says how
 

@@ -162,15 +162,16 @@ def _send(conn: socket.socket, value: Any) -> None:
 def _send_answer(conn: socket.socket, answer: dict[str, Any], limit: int) -> None:
     """The answer, or why it cannot be sent: one that cannot be encoded, or one over the bound
     the runner reads (it would refuse the frame and blame the subject for a crash)."""
+    seq = {"seq": answer["seq"]} if "seq" in answer else {}
     try:
         message = pack(answer)
     except BaseException as error:  # noqa: BLE001 - an answer that cannot be sent says why
         message = pack({"kind": "error", "message": "the answer could not be sent: "
-                        + fault_text(error)})
+                        + fault_text(error), **seq})
     if message.nbytes > limit:
         message = pack({"kind": "error", "message": f"the answer holds {message.nbytes} bytes, "
                         f"more than the {limit} that a request of these shapes can need; it "
-                        "was not sent."})
+                        "was not sent.", **seq})
     write_frame(conn, message)
 
 
@@ -214,6 +215,8 @@ def _answer(conn: socket.socket) -> None:
         except BaseException as error:  # attnspec's own bug: report it, do not die silently
             answer = {"kind": "error", "message": "internal error in attnspec: "
                       + fault_text(error)}
+        if "seq" in request:  # the runner checks it: a frame the subject wrote has none
+            answer["seq"] = request["seq"]
         del request  # its tensors (and its buffer) go before the answer is sent
         _send_answer(conn, answer, limit)
         del answer
@@ -296,6 +299,14 @@ def receive(channel: Channel, budget: Budget, limit: int) -> dict[str, Any]:
         select.select([channel], [], [], min(left, 1.0))
 
 
+def _check_seq(answer: dict[str, Any], seq: int) -> None:
+    """Take the request number off an answer; WireError unless it is `seq` (a frame that the
+    subject wrote, or an answer to another request, would put every later answer out of step)."""
+    got = answer.pop("seq", None)
+    if got != seq:
+        raise WireError(f"an answer numbered {str(got)[:20]}, to request {seq}")
+
+
 def _ready_limit(sizes: tuple[int, int, int]) -> int:
     """The bytes a `ready` message may take: SubjectInfo, with a (C, H) pair per grid point."""
     return (1 << 20) + 64 * sizes[0] * sizes[1]
@@ -339,6 +350,7 @@ class Worker:
         self._limit = 0  # the bytes the outstanding request's answer may take
         self._unsent = False  # the worker did not take the outstanding request in time
         self._n_embd = 0  # C of the module built last: it bounds the next answers
+        self._seq = 0  # the outstanding request's number, which its answer echoes
         _LIVE.add(self)
         self.info = self._start()
 
@@ -433,6 +445,8 @@ class Worker:
         if isinstance(build, dict) and build.get("n_embd") is not None:
             self._n_embd = int(build["n_embd"])
         self._limit = answer_limit(request, self._n_embd)
+        self._seq += 1
+        request = {**request, "seq": self._seq}
         self._outstanding, self._unsent = True, False
         try:
             # A worker that stops reading (stopped, or its socket's reader stolen) gets the
@@ -448,7 +462,9 @@ class Worker:
         try:
             if self._unsent:
                 raise _Silent
-            return receive(self._conn, Budget([self._process.pid], self.timeout), self._limit)
+            answer = receive(self._conn, Budget([self._process.pid], self.timeout), self._limit)
+            _check_seq(answer, self._seq)
+            return answer
         except _Silent:
             self._kill()
             raise SubjectCrash("timeout", f"no answer within --timeout {self.timeout:g} s; "

@@ -1,7 +1,8 @@
 """Writes into its worker's end of attnspec's socket (the fd is in the worker's argv), as
 $ATTNSPEC_SOCKET_FAULT says: `huge` (a frame length of 2 GiB, then a hang), `partial` (a
 frame's length and 10 of its 1,000 bytes, then a hang), `garbage` (a whole frame of junk, then
-the reference's answer), or `load` (a 2 GiB length at import, then a hang)."""
+the reference's answer), `forged` (a well-formed answer of its own, then the reference's), or
+`load` (a 2 GiB length at import, then a hang)."""
 
 import os
 import struct
@@ -24,7 +25,14 @@ def _write(fault: str) -> None:
     elif fault == "garbage":
         os.write(_FD, struct.pack("<Q", 16) + b"\xff" * 16)
         return
-    time.sleep(3600)
+    elif fault == "forged":
+        from attnspec._wire import encode
+
+        message = encode({"kind": "error", "message": "forged"})
+        os.write(_FD, struct.pack("<Q", len(message)) + message)
+        return
+    if fault:
+        time.sleep(3600)
 
 
 def _misbehave(x: Tensor) -> None:
