@@ -124,6 +124,22 @@ def test_a_large_message_goes_in_pieces_and_comes_back_whole(
     assert torch.equal(got["out"], x)
 
 
+def test_what_the_worker_says_while_loading_fits_the_bound_it_is_read_under(
+        pair: tuple[Channel, socket.socket]) -> None:
+    channel, theirs = pair
+    sizes = (4, 4, 16)
+    limit = _worker._ready_limit(sizes)
+    _worker._send_loaded(theirs, {"kind": "target_error", "message": "x" * 10**6}, "t.py", sizes)
+    said = receive(channel, Budget([], 5.0), limit)
+    assert said["kind"] == "target_error" and said["message"].endswith("x [...]")
+    _worker._send_loaded(theirs, {"kind": "ready", "info": {"variants": ["w"] * 10**6}}, "t.py",
+                         sizes)
+    said = receive(channel, Budget([], 5.0), limit)
+    assert said["kind"] == "target_error", said
+    assert said["message"].startswith("TARGET 't.py': what it declares (SubjectInfo, with "
+                                      "VARIANTS) takes "), said["message"]
+
+
 def test_an_answer_bound_follows_the_requests_shapes() -> None:
     x = torch.zeros(2, 8, 16)
     forward = answer_limit({"build": {"n_embd": 16}, "steps": [{"op": "forward", "x": x}]}, 0)

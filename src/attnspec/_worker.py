@@ -155,8 +155,17 @@ def _serve(conn: socket.socket) -> None:
         return  # the runner is gone (killed, or stopped us mid-request): nobody left to tell
 
 
-def _send(conn: socket.socket, value: Any) -> None:
-    write_frame(conn, pack(value))
+def _send_loaded(conn: socket.socket, value: dict[str, Any], target: str,
+                 sizes: tuple[int, int, int]) -> None:
+    """The load's outcome, within the bound the runner reads it under (`_ready_limit`)."""
+    if isinstance(value.get("message"), str) and len(value["message"]) > 20_000:
+        value = {**value, "message": value["message"][:20_000] + " [...]"}
+    message, limit = pack(value), _ready_limit(sizes)
+    if message.nbytes > limit:
+        message = pack({"kind": "target_error", "message": f"TARGET {target!r}: what it declares "
+                        f"(SubjectInfo, with VARIANTS) takes {message.nbytes} bytes, more than "
+                        f"the {limit} attnspec reads."})
+    write_frame(conn, message)
 
 
 def _send_answer(conn: socket.socket, answer: dict[str, Any], limit: int) -> None:
@@ -187,11 +196,12 @@ def _answer(conn: socket.socket) -> None:
         subject = load_subject(target)
         info = SubjectInfo.of(subject, sizes)
     except TargetError as error:
-        _send(conn, {"kind": "target_error", "message": str(error)})
+        _send_loaded(conn, {"kind": "target_error", "message": str(error)}, target, sizes)
         return
     except BaseException as error:  # anything else while loading is still the TARGET's fault
-        _send(conn, {"kind": "target_error", "message":
-                     f"TARGET {target!r} failed to load: {fault_text(error)}"})
+        _send_loaded(conn, {"kind": "target_error", "message":
+                            f"TARGET {target!r} failed to load: {fault_text(error)}"},
+                     target, sizes)
         return
     state = Executed(subject)
     if hello.get("dist") is not None:  # a rank of a gang: join its process group first
@@ -201,10 +211,10 @@ def _answer(conn: socket.socket) -> None:
         try:
             state.mesh = join(hello["dist"])
         except BaseException as error:  # noqa: BLE001 - said to the runner, which decides
-            _send(conn, {"kind": "target_error", "message":
-                         f"rank {rank} could not join the process group: {fault_text(error)}"})
+            _send_loaded(conn, {"kind": "target_error", "message": f"rank {rank} could not "
+                                f"join the process group: {fault_text(error)}"}, target, sizes)
             return
-    _send(conn, {"kind": "ready", "info": asdict(info)})
+    _send_loaded(conn, {"kind": "ready", "info": asdict(info)}, target, sizes)
     while True:
         request = decode(read_frame(conn))
         if request.get("stop"):
