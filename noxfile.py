@@ -109,3 +109,10 @@ def cuda(session: nox.Session) -> None:
     """
     session.install(*CONSTRAINTS, "-e", ".[hf]", "pytest>=8")
     session.run("python", "scripts/cuda_check.py", *session.posargs)
+
+
+@nox.session
+def wheel(session: nox.Session) -> None:
+    """The built wheel in a clean venv with only its declared dependencies (no numpy): verify
+    and the pytest plugin on a user's own subject file (CI)."""
+    session.run("python", "scripts/wheel_smoke.py", *session.posargs)

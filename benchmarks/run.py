@@ -10,6 +10,7 @@ Sections (docs/benchmarks.md explains each and how to read the numbers):
   broken   4. time to reject each deliberately broken subject in tests/broken/
   scaling  5. verify time of the reference as the largest generated T grows
   sharded  6. ranks' start-up and one tp_equivalence / cp_equivalence example (CPU, gloo)
+  wire     7. peak RSS of runner and worker: a normal forward, and a 512 MiB output
 
 Writes PREFIX.md (tables) and PREFIX.json (everything, with the machine); PREFIX defaults to
 benchmarks/results (benchmarks/results-cuda with --device cuda). Both are rewritten after every
@@ -44,6 +45,7 @@ SECTIONS: dict[str, str] = {
     "broken": "4. Time to reject the broken subjects",
     "scaling": "5. Verify time as the largest T grows",
     "sharded": "6. Sharded examples",
+    "wire": "7. The wire's memory",
 }
 ALIASES = {str(i): name for i, name in enumerate(SECTIONS, start=1)}
 
@@ -52,11 +54,13 @@ def _section(name: str) -> Callable[[Config], dict[str, Any]]:
     import bench_forward
     import bench_sharded
     import bench_verify
+    import bench_wire
 
     functions: dict[str, Callable[[Config], dict[str, Any]]] = {
         "checks": bench_forward.checks, "kernels": bench_forward.kernels,
         "verify": bench_verify.verify_speed, "broken": bench_verify.broken,
         "scaling": bench_verify.scaling, "sharded": bench_sharded.sharded,
+        "wire": bench_wire.wire,
     }
     return functions[name]
 
@@ -73,7 +77,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                              "when torch sees no GPU)")
     parser.add_argument("--only", action="append", metavar="SECTION",
                         help="run only these sections (repeat or comma-separate): "
-                             + ", ".join(SECTIONS) + " (or 1-6)")
+                             + ", ".join(SECTIONS) + " (or 1-7)")
     parser.add_argument("--rejection-only", action="store_true",
                         help="section 4 (broken) times exitfirst once per module, no full "
                              "verifies: the goal's figure in a few minutes")
@@ -89,7 +93,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         for item in value.split(","):
             item = ALIASES.get(item.strip(), item.strip())
             if item not in SECTIONS:
-                parser.error(f"--only {item!r}: choose from {', '.join(SECTIONS)} (or 1-6)")
+                parser.error(f"--only {item!r}: choose from {', '.join(SECTIONS)} (or 1-7)")
             if item not in chosen:
                 chosen.append(item)
     args.sections = [s for s in SECTIONS if s in chosen] if chosen else list(SECTIONS)

@@ -241,26 +241,29 @@ def test_an_unsendable_variants_value_is_a_target_error_naming_it(tmp_path: Path
     assert json.loads(path.read_text())["status"] == "error"
 
 
-def test_a_rank_that_sends_json_that_is_not_an_object_gets_an_error_answer() -> None:
+def test_a_rank_that_sends_json_that_is_not_an_object_is_a_crash_naming_it() -> None:
     import socket
+    import struct
     import subprocess
-    from multiprocessing.connection import Connection
 
-    from attnspec._gang import Gang
-    from attnspec._wire import encode
+    from attnspec._gang import Gang, RankCrash
+    from attnspec._wire import Channel, encode
 
     gang, theirs = Gang("ranks.py", 2), []
-    for message in ([1, 2], {"kind": "ok", "results": []}):
+    gang._limits = [1 << 20] * 2
+    for message in ([1, 2], {"kind": "ok", "results": [], "seq": gang._seq}):
         ours, other = socket.socketpair()
         idle = subprocess.Popen(["sleep", "30"], start_new_session=True)
-        gang._ranks.append((idle, Connection(ours.detach())))
-        theirs.append(Connection(other.detach()))
-        theirs[-1].send_bytes(encode(message))
+        gang._ranks.append((idle, Channel(ours)))
+        theirs.append(other)
+        data = encode(message)
+        other.sendall(struct.pack("<Q", len(data)) + data)
     try:
-        first, second = gang._gather(5.0)
-        assert first["kind"] == "error" and "not an answer" in first["message"], first
-        assert second["kind"] == "ok"
+        with pytest.raises(RankCrash, match="rank 0 of 2 sent something that is not an answer "
+                                            r"\(a message holding list, not an object") as found:
+            gang._gather(5.0)
+        assert found.value.rank == 0
     finally:
         gang._kill()  # close() would wait for the idle ranks to stop
-        for conn in theirs:
-            conn.close()
+        for sock in theirs:
+            sock.close()

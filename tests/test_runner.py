@@ -531,33 +531,39 @@ def test_database_replays_a_failure_first_next_time(tmp_path: Path,
 
 def test_time_spent_waiting_for_a_cpu_does_not_count_towards_the_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import multiprocessing
+    import socket
 
     from attnspec import _worker
+    from attnspec._wire import Channel
 
     starved = iter(range(0, 1000))
     # The worker is runnable but starved: its run-queue delay grows 0.2 s per look.
     monkeypatch.setattr(_worker, "_run_delay", lambda pid: next(starved) * 0.2)
-    quiet, _ = multiprocessing.Pipe()
+    ours, theirs = socket.socketpair()
+    quiet = Channel(ours)
     start = time.monotonic()
-    assert _worker._wait(quiet, 0, timeout=0.3) is False
+    with pytest.raises(_worker._Silent):
+        _worker.receive(quiet, _worker.Budget([0], timeout=0.3), 1000)
     waited = time.monotonic() - start
     assert 0.5 < waited <= 3.0 + 0.5, waited  # extended, but never past 10 x the timeout
     monkeypatch.setattr(_worker, "_run_delay", lambda pid: 1.0)  # a sleeping hang: no delay
     start = time.monotonic()
-    assert _worker._wait(quiet, 0, timeout=0.3) is False
+    with pytest.raises(_worker._Silent):
+        _worker.receive(quiet, _worker.Budget([0], timeout=0.3), 1000)
     assert time.monotonic() - start < 1.5
+    quiet.close()
+    theirs.close()
 
 
 def test_worker_whose_parent_is_gone_exits_quietly(capfd: pytest.CaptureFixture[str]) -> None:
     import socket
-    from multiprocessing.connection import Connection
 
     from attnspec import _worker
 
     ours, theirs = socket.socketpair()
     ours.close()  # the runner was killed: its end of the socket is gone
-    _worker._serve(Connection(theirs.detach()))
+    _worker._serve(theirs)
+    theirs.close()
     assert capfd.readouterr().err == ""  # no BrokenPipeError traceback on the user's terminal
 
 

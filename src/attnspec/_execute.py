@@ -21,9 +21,18 @@ from ._answers import call_name
 from ._reference import BIAS_KEYS, WEIGHT_KEYS
 from ._subject import Subject, dtype_from_name, fault_text
 
-__all__ = ["Executed", "answer_bool", "execute", "reset_torch_state", "vjp"]
+__all__ = ["Executed", "answer_bool", "answer_limit", "execute", "reset_torch_state",
+           "tensor_limit", "vjp"]
 
 _T = TypeVar("_T")
+
+# How large an answer may be, from its request's shapes. The worker withholds an output over its
+# bound (it sends the shape and dtype alone), and the runner refuses a frame over the answer's.
+_SLACK = 4  # an output may have 4 x its input's elements (a wrong shape, still sent whole)
+_SMALL = 4096  # elements any output may have, however small its input
+_PARAMS = 64  # parameter gradients: 64 x C² + 2^20 elements in all (the reference has 4 x C²)
+_HEADER = 1 << 22  # bytes for the JSON header: messages, parameter names, shapes
+_ITEM = 8  # bytes per element of the widest dtype sent, float64
 
 
 class _Fault(Exception):
@@ -50,6 +59,39 @@ class Executed:
     module: torch.nn.Module | None = None
     device: str = "cpu"
     mesh: Any = None  # a rank's device mesh, handed to the sharding hooks
+    n_embd: int = 0  # C of the module built last: it bounds exports and parameter gradients
+
+
+def tensor_limit(numel: int) -> int:
+    """The elements an output standing for `numel` elements (its input's) may have and still
+    be sent whole."""
+    return _SLACK * numel + _SMALL
+
+
+def _params_limit(n_embd: int) -> int:
+    return _PARAMS * n_embd * n_embd + (1 << 20)
+
+
+def answer_limit(request: Mapping[str, Any], n_embd: int) -> int:
+    """The most bytes the answer to `request` can take, its module of width `n_embd` unless
+    the request builds one: what the runner reads, and the worker sends, at most."""
+    build = request.get("build")
+    if isinstance(build, Mapping) and build.get("n_embd") is not None:
+        n_embd = int(build["n_embd"])
+    elements = 0
+    for step in request.get("steps", ()):
+        x = step.get("x")
+        n = x.numel() if isinstance(x, Tensor) else 0
+        op = step.get("op")
+        if op in ("forward", "decode"):
+            elements += tensor_limit(n) + (n if step.get("keep_input") else 0)
+        elif op in ("grad", "sharded_grad"):
+            elements += 2 * tensor_limit(n) + _params_limit(n_embd)
+        elif op == "export":
+            elements += len(WEIGHT_KEYS + BIAS_KEYS) * tensor_limit(n_embd * n_embd)
+        elif op == "pullback":
+            elements += _params_limit(n_embd)
+    return _HEADER + _ITEM * elements
 
 
 def reset_torch_state() -> None:
@@ -107,7 +149,7 @@ def _shown(value: Any) -> str:
 def _build(state: Executed, spec: Mapping[str, Any]) -> None:
     C, H = int(spec["n_embd"]), int(spec["n_head"])
     dtype, device = dtype_from_name(spec["dtype"]), str(spec["device"])
-    state.module, state.device = None, device
+    state.module, state.device, state.n_embd = None, device, C
     reset_torch_state()
     args: tuple[Any, ...] = (C, H)
     call = f"build({C}, {H})"
@@ -182,9 +224,11 @@ def _tensor_out(out: Any, x: Tensor) -> Tensor:
     raise _Fault(f"forward returned {type(out).__name__}{hint}, not a Tensor.")
 
 
-def _sendable(what: str, value: Tensor) -> Tensor:
+def _sendable(what: str, value: Tensor, limit: int | None = None) -> Tensor:
     """The subject's tensor as a plain CPU tensor to send; reading it (a subclass may raise
-    anywhere) is the subject's business, so what it raises is its fault."""
+    anywhere) is the subject's business, so what it raises is its fault. Past `limit` elements,
+    a meta tensor of its shape and dtype (the runner's shape checks name it; its values would
+    only cost memory twice over)."""
     try:
         device, dtype = value.device.type, value.dtype
         shape = tuple(value.shape)
@@ -193,6 +237,8 @@ def _sendable(what: str, value: Tensor) -> Tensor:
                          "compare.")
         if value.is_complex() or not (value.is_floating_point() or dtype == torch.bool):
             raise _Fault(f"{what} is a {dtype} tensor; attnspec compares floating tensors.")
+        if limit is not None and value.numel() > limit:
+            return torch.empty(shape, dtype=dtype, device="meta")
         plain = value.detach().to("cpu")
         if type(plain) is not Tensor:  # a subclass's methods would run in the encoder
             plain = torch.empty(shape, dtype=dtype).copy_(plain.as_subclass(Tensor))
@@ -205,9 +251,10 @@ def _sendable(what: str, value: Tensor) -> Tensor:
         raise _Fault(f"{what}: reading it raised {fault_text(error)}") from None
 
 
-def _sent(what: str, out: Tensor) -> dict[str, Any]:
-    """An output as the runner gets it: the values, and the device it was on."""
-    plain = _sendable(what, out)
+def _sent(what: str, out: Tensor, limit: int | None = None) -> dict[str, Any]:
+    """An output as the runner gets it: the values (past `limit` elements, the shape alone),
+    and the device it was on."""
+    plain = _sendable(what, out, limit)
     return {"out": plain, "device": _call(f"{what}: reading its device raised",
                                           lambda: str(out.device.type))}
 
@@ -228,6 +275,19 @@ def _unchanged(given: Mapping[str, Tensor]) -> Callable[[str], None]:
                 raise _Fault(f"{call} wrote into its input {name}: a hook must leave the "
                              "tensors it is given unchanged.")
     return check
+
+
+def _param_grads(state: Executed, params: Sequence[tuple[str, Tensor]],
+                 grads: Sequence[Tensor | None]) -> dict[str, Tensor | None]:
+    """The parameters' gradients to send, by name; a fault past what a module of width C may
+    hold (`answer_limit` counts the same)."""
+    total, limit = sum(p.numel() for _, p in params), _params_limit(state.n_embd)
+    if total > limit:
+        raise _Fault(f"the module's {len(params)} parameters hold {total} elements, more than "
+                     f"the {limit} (64 x C² + 2^20, C={state.n_embd}) whose gradients attnspec "
+                     "takes back; their gradients were not sent.")
+    return {n: None if g is None else _sendable(f"d(output)/d({n})", g)
+            for (n, _), g in zip(params, grads, strict=True)}
 
 
 def _forward(module: torch.nn.Module, x: Tensor, grad: bool, state: Executed | None = None,
@@ -371,11 +431,11 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         mask = step.get("mask")
         out = _decode(state, module, tokens, [int(n) for n in step["chunks"]],
                       None if mask is None else mask.to(device=tokens.device, dtype=torch.bool))
-        return _sent("decode's output", out)
+        return _sent("decode's output", out, tensor_limit(tokens.numel()))
     if op == "forward":
         x: Tensor = step["x"].to(state.device)
         out = _forward(module, x, grad=False, state=state, step=step)
-        result = _sent("forward's output", out)
+        result = _sent("forward's output", out, tensor_limit(x.numel()))
         if step.get("keep_input"):
             result["input"] = x
         return result
@@ -383,7 +443,7 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         x = step["x"].to(state.device).requires_grad_(True)
         params = _parameters(module) if step.get("params") else []
         out = _forward(module, x, grad=True, state=state, step=step)
-        sent = _sent("forward's output", out)
+        sent = _sent("forward's output", out, tensor_limit(x.numel()))
         if not _call("reading the output's requires_grad raised", lambda: bool(out.requires_grad)):
             return {**sent, "grad_x": None, "params": {}}
         if sent["out"].shape != step["cotangent"].shape:  # else backward's own, obscure error
@@ -394,9 +454,9 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         grads = _call("backward raised", lambda: vjp([out], [x, *(p for _, p in params)],
                                                      [cotangent]))
         return {**sent,
-                "grad_x": None if grads[0] is None else _sendable("d(output)/d(input)", grads[0]),
-                "params": {n: None if g is None else _sendable(f"d(output)/d({n})", g)
-                           for (n, _), g in zip(params, grads[1:], strict=True)}}
+                "grad_x": None if grads[0] is None else _sendable("d(output)/d(input)", grads[0],
+                                                                  tensor_limit(x.numel())),
+                "params": _param_grads(state, params, grads[1:])}
     if op == "shard_refuses":  # the sharding hook, on a spec the world does not divide
         name = str(step["hook"])
         try:
@@ -423,11 +483,13 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         else:
             grads = (None,) * (1 + len(params))
         full = _tensor_out(_call("gathering the output raised", lambda: _plain(out.detach())), x)
-        shared: dict[str, Any] = _sent("forward's output", full)
+        shared: dict[str, Any] = _sent("forward's output", full, tensor_limit(x.numel()))
         gx = grads[0]
         shared["grad_x"] = None if gx is None else _sendable(
-            "d(output)/d(input)", _call("gathering d(output)/d(input) raised", _plain, gx))
+            "d(output)/d(input)", _call("gathering d(output)/d(input) raised", _plain, gx),
+            tensor_limit(x.numel()))
         layouts, gathered = {}, {}
+        _param_grads(state, params, [None] * len(params))  # the bound, before any gathering
         for (name, _), g in zip(params, grads[1:], strict=True):
             from torch.distributed.tensor import DTensor
 
@@ -438,7 +500,9 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         return {**shared, "params": gathered, "param_layout": layouts}
     if op == "export":
         weights = _export(state.subject, module)
-        return {"weights": {k: _sendable(f"export_weights' {k}", v) for k, v in weights.items()},
+        return {"weights": {k: _sendable(f"export_weights' {k}", v,
+                                         tensor_limit(state.n_embd * state.n_embd))
+                            for k, v in weights.items()},
                 "connected": _call("reading export_weights' requires_grad raised", lambda: [
                     k for k, v in weights.items() if v.requires_grad])}
     if op == "pullback":  # the reference's weight gradients, mapped onto the parameters
@@ -456,8 +520,7 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
 
         mapped = _call("mapping the reference's weight gradients through export_weights "
                        "raised", pull)
-        return {"params": {n: None if g is None else _sendable(n, g)
-                           for (n, _), g in zip(params, mapped, strict=True)}}
+        return {"params": _param_grads(state, params, mapped)}
     raise ValueError(f"unknown step {op!r}")
 
 

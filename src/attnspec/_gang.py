@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import os
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -24,15 +25,15 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from ._errors import TargetError
+from ._execute import answer_limit
 from ._isolation import WorkerUser
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
 from ._spawn import spawn
-from ._wire import WireError, decode, encode
-from ._worker import SubjectCrash, _run_delay, _signal_name
+from ._wire import Channel, WireError, decode, pack
+from ._worker import _FRAME_GRACE, Budget, SubjectCrash, _check_seq, _ready_limit, _signal_name
 
 __all__ = ["Gang", "RankCrash", "consequence", "join"]
 
@@ -117,7 +118,9 @@ class Gang:
                  user: WorkerUser | None = None) -> None:
         self.target, self.world, self.device, self.user = target, world, device, user
         self.timeout, self.start_timeout, self.sizes = timeout, start_timeout, sizes
-        self._ranks: list[tuple[subprocess.Popen[bytes], Connection]] = []
+        self._ranks: list[tuple[subprocess.Popen[bytes], Channel]] = []
+        self._limits: list[int] = []  # the bytes each rank's outstanding answer may take
+        self._seq = 0  # the outstanding requests' number, which their answers echo
         self._port = 0
         self._store: Any = None
         self._token = secrets.token_hex(8)
@@ -154,17 +157,20 @@ class Gang:
         port = self._host_store()
         self.starts += 1
         threads = max(1, (os.cpu_count() or 1) // self.world)
-        self._ranks = [spawn(self.user) for _ in range(self.world)]
+        self._ranks = [(process, Channel(sock)) for process, sock in
+                       (spawn(self.user) for _ in range(self.world))]
+        self._limits = [_ready_limit(self.sizes)] * self.world
         try:
+            budget = Budget(self.pids, self.start_timeout, stretch=1.0)
             for rank, (_, conn) in enumerate(self._ranks):
-                conn.send_bytes(encode({
+                conn.send(pack({
                     "target": self.target, "sys_path": list(sys.path),
                     "max_heads": self.sizes[0], "max_head_dim": self.sizes[1],
                     "max_width": self.sizes[2],
                     "dist": {"rank": rank, "world": self.world, "port": port,
                              "prefix": f"attnspec-{self._token}/{self.starts}",
                              "timeout": self.timeout, "threads": threads,
-                             "device": self.device}}))
+                             "device": self.device}}), budget.left)  # unsent: silent
             answers = self._gather(self.start_timeout, starting=True)
         except BaseException:  # Ctrl-C while ranks join: leave none behind
             self._kill()
@@ -181,46 +187,65 @@ class Gang:
 
         Once a rank dies or answers with anything but `ok`, the others get `_GRACE` s more (a
         peer blocked on it answers with gloo's error when its group times out), then the gang
-        is killed. A rank that died raises `RankCrash("crash")`; ranks still silent, when no
-        rank gave an error of its own, raise `RankCrash("timeout")` naming them (while
-        starting: `TargetError`). Otherwise the silent ranks' answers read `stopped`."""
-        pending: dict[Any, int] = {conn: rank for rank, (_, conn) in enumerate(self._ranks)}
+        is killed. A rank that died raises `RankCrash("crash")`, and so does one whose bytes
+        are not an answer within its bound (a frame over it, cut short, or garbage); ranks
+        still silent, when no rank gave an error of its own, raise `RankCrash("timeout")`
+        naming them (while starting: `TargetError`). Otherwise the silent ranks' answers read
+        `stopped`."""
+        pending: dict[Channel, int] = {conn: rank for rank, (_, conn) in enumerate(self._ranks)}
+        for conn, rank in pending.items():
+            conn.expect(self._limits[rank])
         answers: dict[int, dict[str, Any]] = {}
         # A rank may reach a collective only late in its --timeout, and then waits its group's
         # timeout (--timeout too) for a hung peer before it answers with gloo's error.
-        deadline = time.monotonic() + 2 * timeout + _GRACE
-        latest = time.monotonic() + 10 * timeout
-        delays = {rank: _run_delay(p.pid) for rank, (p, _) in enumerate(self._ranks)}
+        budget = Budget(self.pids, 2 * timeout + _GRACE, stretch=10 * timeout / (
+            2 * timeout + _GRACE))
         dead: list[tuple[int, int | None]] = []
-        ended_by: float | None = None  # set at the first death or failed answer
+        garbled: list[tuple[int, str]] = []
+        ended_by: float | None = None  # set at the first death, garble or failed answer
+        grace_end: float | None = None  # for frames begun when the budget ran out
         while pending:
             now = time.monotonic()
             if ended_by is not None and now >= ended_by:
                 break
-            if ended_by is None and now >= deadline:
-                gained = 0.0
-                for r in pending.values():
-                    was, now_delay = delays[r], _run_delay(self._ranks[r][0].pid)
-                    if was is not None and now_delay is not None:
-                        gained = max(gained, now_delay - was)
-                    delays[r] = now_delay
-                if gained < 0.05 or now >= latest:  # not a loaded machine: a hang
+            budget.pids = [self._ranks[r][0].pid for r in pending.values()]
+            limit = ended_by - now if ended_by is not None else budget.left()
+            if limit <= 0:  # spent: only frames already arriving may still end
+                if not any(conn.started for conn in pending):
                     break
-                deadline = min(deadline + gained, latest)
-            limit = (ended_by if ended_by is not None else deadline) - now
-            for conn in wait(list(pending), timeout=max(0.0, min(limit, 1.0))):
-                rank = pending.pop(conn)
+                grace_end = grace_end or now + _FRAME_GRACE
+                limit = grace_end - now
+                if limit <= 0:
+                    break
+            readable, _, _ = select.select(list(pending), [], [], max(0.0, min(limit, 1.0)))
+            for conn in readable:
+                rank = pending[conn]
                 try:
-                    answers[rank] = dict(decode(self._ranks[rank][1].recv_bytes()))
-                except (EOFError, OSError, WireError):
+                    frame = conn.pump()
+                    if frame is None:
+                        continue
+                    answer = decode(frame)
+                    if not isinstance(answer, dict):
+                        raise WireError(f"a message holding {type(answer).__name__}, not an "
+                                        "object")
+                    if not starting:
+                        _check_seq(answer, self._seq)
+                    answers[rank] = answer
+                except (EOFError, OSError):
                     dead.append((rank, self._exit_code(rank)))
-                except (TypeError, ValueError):  # JSON, but not an object: the subject wrote it
-                    answers[rank] = {"kind": "error", "message": "the rank sent a message that "
-                                     "is not an answer (not a JSON object)"}
+                except WireError as error:
+                    garbled.append((rank, str(error)))
+                del pending[conn]
                 if (rank not in answers or answers[rank].get("kind") not in _CLEAN) \
                         and ended_by is None:
                     ended_by = time.monotonic() + _GRACE
-        if dead or pending:
+        for conn, rank in list(pending.items()):  # begun but never ended: cut short
+            if conn.started:
+                del pending[conn]
+                garbled.append((rank, f"its answer stopped after {conn.got} of "
+                                f"{conn.expected} bytes" if conn.expected is not None
+                                else "its answer stopped inside its length"))
+        if dead or garbled or pending:
             self._kill()
         silent = sorted(pending.values())
         if dead:
@@ -230,6 +255,14 @@ class Gang:
                 raise TargetError(f"TARGET {self.target!r}: {what} while loading and joining "
                                   "the process group.")
             raise RankCrash("crash", what + "; the ranks were restarted.", rank)
+        if garbled:
+            rank, why = garbled[0]
+            what = (f"rank {rank} of {self.world} sent something that is not an answer ({why};"
+                    " did the subject write to attnspec's socket?)")
+            if starting:
+                raise TargetError(f"TARGET {self.target!r}: {what} while loading and joining "
+                                  "the process group.")
+            raise RankCrash("crash", what + "; the ranks were killed and restarted.", rank)
         own = [r for r, a in answers.items() if a.get("kind") not in _CLEAN
                and not consequence(str(a.get("message", "")))]
         if silent and not own:
@@ -265,9 +298,13 @@ class Gang:
                 self._restart_error = f"the ranks could not be (re)started: {error}"
                 raise RankCrash("crash", self._restart_error, None, ran=False) from None
         self._outstanding = True
+        self._limits = [answer_limit(request, 0) for request in requests]
+        self._seq += 1
+        budget = Budget(self.pids, self.timeout)
         for (_, conn), request in zip(self._ranks, requests, strict=True):
             try:
-                conn.send_bytes(encode(request))
+                # A rank that does not take its request in time stays silent: a timeout.
+                conn.send(pack({**request, "seq": self._seq}), budget.left)
             except OSError:
                 pass  # it died since the last answer: collect() says how
 
@@ -308,7 +345,7 @@ class Gang:
         for process, conn in self._ranks:
             if process.poll() is None:
                 try:
-                    conn.send_bytes(encode({"stop": True}))
+                    conn.send(pack({"stop": True}), Budget([], 1.0, stretch=1.0).left)
                 except OSError:
                     pass
         deadline = time.monotonic() + 5

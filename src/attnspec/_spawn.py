@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,7 +22,7 @@ __all__ = ["prestart", "spawn", "take", "worker_env"]
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from attnspec._worker import main; "
         "main(int(sys.argv[2]), int(sys.argv[3]))")
 
-Spawned = tuple["subprocess.Popen[bytes]", Connection]
+Spawned = tuple["subprocess.Popen[bytes]", socket.socket]
 
 _waiting: list[Spawned] = []  # started ahead, not yet adopted by a Worker
 
@@ -63,7 +62,7 @@ def spawn(user: WorkerUser | None = None) -> Spawned:
             env=env, start_new_session=True, **account)  # its own process group, killed as one
     finally:
         theirs.close()
-    return process, Connection(ours.detach())
+    return process, ours
 
 
 def prestart() -> None:

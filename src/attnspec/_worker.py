@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,21 +23,23 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from ._errors import TargetError
-from ._execute import Executed, answer_bool, execute
+from ._execute import Executed, answer_bool, answer_limit, execute
 from ._isolation import WorkerUser, become_subreaper, sweep
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
 from ._spawn import spawn, take
 from ._subject import Subject, fault_text
-from ._wire import WireError, decode, encode
+from ._wire import Channel, FrameError, WireError, decode, encode, pack, read_frame, write_frame
 
 __all__ = ["Executor", "InProcess", "SubjectCrash", "SubjectInfo", "Worker", "grid"]
 
 # How often the worker checks that its parent is still there.
 _PARENT_POLL = 0.5
+
+# A frame that began to arrive before the deadline gets this long past it to end.
+_FRAME_GRACE = 5.0
 
 
 def grid(max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM,
@@ -223,22 +227,51 @@ def main(fd: int, parent: int) -> None:
     # Before the subject runs: a process it detaches (setsid, a double fork) stays ours.
     become_subreaper()
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    _serve(Connection(fd))
+    _serve(socket.socket(fileno=fd))
     # Stopped, or the runner is gone: whatever the subject started goes with this process.
     _end_everything()
 
 
-def _serve(conn: Connection) -> None:
+def _serve(conn: socket.socket) -> None:
     try:
         _answer(conn)
     except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
         return  # the runner is gone (killed, or stopped us mid-request): nobody left to tell
 
 
-def _answer(conn: Connection) -> None:
+def _send_loaded(conn: socket.socket, value: dict[str, Any], target: str,
+                 sizes: tuple[int, int, int]) -> None:
+    """The load's outcome, within the bound the runner reads it under (`_ready_limit`)."""
+    if isinstance(value.get("message"), str) and len(value["message"]) > 20_000:
+        value = {**value, "message": value["message"][:20_000] + " [...]"}
+    message, limit = pack(value), _ready_limit(sizes)
+    if message.nbytes > limit:
+        message = pack({"kind": "target_error", "message": f"TARGET {target!r}: what it declares "
+                        f"(SubjectInfo, with VARIANTS) takes {message.nbytes} bytes, more than "
+                        f"the {limit} attnspec reads."})
+    write_frame(conn, message)
+
+
+def _send_answer(conn: socket.socket, answer: dict[str, Any], limit: int) -> None:
+    """The answer, or why it cannot be sent: one that cannot be encoded, or one over the bound
+    the runner reads (it would refuse the frame and blame the subject for a crash)."""
+    seq = {"seq": answer["seq"]} if "seq" in answer else {}
+    try:
+        message = pack(answer)
+    except BaseException as error:  # noqa: BLE001 - an answer that cannot be sent says why
+        message = pack({"kind": "error", "message": "the answer could not be sent: "
+                        + fault_text(error), **seq})
+    if message.nbytes > limit:
+        message = pack({"kind": "error", "message": f"the answer holds {message.nbytes} bytes, "
+                        f"more than the {limit} that a request of these shapes can need; it "
+                        "was not sent.", **seq})
+    write_frame(conn, message)
+
+
+def _answer(conn: socket.socket) -> None:
     from ._subject import load_subject
 
-    hello = decode(conn.recv_bytes())
+    hello = decode(read_frame(conn))
     sys.path[:] = [p for p in hello["sys_path"] if isinstance(p, str)]
     target = hello["target"]
     sizes = (int(hello.get("max_heads", MAX_HEADS)), int(hello.get("max_head_dim", MAX_HEAD_DIM)),
@@ -247,11 +280,12 @@ def _answer(conn: Connection) -> None:
         subject = load_subject(target)
         info = SubjectInfo.of(subject, sizes)
     except TargetError as error:
-        conn.send_bytes(encode({"kind": "target_error", "message": str(error)}))
+        _send_loaded(conn, {"kind": "target_error", "message": str(error)}, target, sizes)
         return
     except BaseException as error:  # anything else while loading is still the TARGET's fault
-        conn.send_bytes(encode({"kind": "target_error", "message":
-                                f"TARGET {target!r} failed to load: {fault_text(error)}"}))
+        _send_loaded(conn, {"kind": "target_error", "message":
+                            f"TARGET {target!r} failed to load: {fault_text(error)}"},
+                     target, sizes)
         return
     state = Executed(subject)
     if hello.get("dist") is not None:  # a rank of a gang: join its process group first
@@ -261,26 +295,25 @@ def _answer(conn: Connection) -> None:
         try:
             state.mesh = join(hello["dist"])
         except BaseException as error:  # noqa: BLE001 - said to the runner, which decides
-            conn.send_bytes(encode({"kind": "target_error", "message":
-                                    f"rank {rank} could not join the process group: "
-                                    f"{fault_text(error)}"}))
+            _send_loaded(conn, {"kind": "target_error", "message": f"rank {rank} could not "
+                                f"join the process group: {fault_text(error)}"}, target, sizes)
             return
-    conn.send_bytes(encode({"kind": "ready", "info": asdict(info)}))
+    _send_loaded(conn, {"kind": "ready", "info": asdict(info)}, target, sizes)
     while True:
-        request = decode(conn.recv_bytes())
+        request = decode(read_frame(conn))
         if request.get("stop"):
             return
+        limit = answer_limit(request, state.n_embd)  # the runner's bound, counted alike
         try:
             answer = execute(state, request)
         except BaseException as error:  # attnspec's own bug: report it, do not die silently
             answer = {"kind": "error", "message": "internal error in attnspec: "
                       + fault_text(error)}
-        try:
-            data = encode(answer)
-        except BaseException as error:  # noqa: BLE001 - an answer that cannot be sent says why
-            data = encode({"kind": "error", "message": "the answer could not be sent: "
-                           + fault_text(error)})
-        conn.send_bytes(data)
+        if "seq" in request:  # the runner checks it: a frame the subject wrote has none
+            answer["seq"] = request["seq"]
+        del request  # its tensors (and its buffer) go before the answer is sent
+        _send_answer(conn, answer, limit)
+        del answer
 
 
 # ---- the runner's side ------------------------------------------------------------------------
@@ -295,24 +328,82 @@ def _run_delay(pid: int) -> float | None:
         return None
 
 
-def _wait(conn: Connection, pid: int, timeout: float) -> bool:
-    """Wait for an answer for `timeout` seconds of the worker's own time.
+class Budget:
+    """`timeout` seconds of some processes' own time, counted from now.
 
-    Time the worker spent waiting for a CPU on a loaded machine does not count (on Linux), so a
-    busy machine does not turn a slow example into a false timeout; a hang still times out.
+    Time they spent runnable but waiting for a CPU on a loaded machine does not count (on
+    Linux), so a busy machine does not turn a slow example into a false timeout; a hang still
+    times out. Never more than `stretch` x `timeout` in wall time.
     """
-    deadline = time.monotonic() + timeout
-    latest = time.monotonic() + 10 * timeout
-    delay = _run_delay(pid)
+
+    def __init__(self, pids: Sequence[int], timeout: float, stretch: float = 10.0) -> None:
+        now = time.monotonic()
+        self.deadline, self.latest = now + timeout, now + stretch * timeout
+        self.pids = list(pids)  # whose delays count: the caller may narrow it
+        self._delays = {pid: _run_delay(pid) for pid in self.pids}
+
+    def left(self) -> float:
+        """Seconds to the deadline, moved on by the CPU waits since it was last moved; 0 once
+        the time is spent."""
+        while True:
+            now = time.monotonic()
+            if now < self.deadline:
+                return self.deadline - now
+            gained = 0.0
+            for pid in self.pids:
+                was, delay = self._delays.get(pid), _run_delay(pid)
+                if was is not None and delay is not None:
+                    gained = max(gained, delay - was)
+                self._delays[pid] = delay
+            if gained < 0.05 or now >= self.latest:  # not a loaded machine: a hang
+                self.deadline = self.latest = now
+                return 0.0
+            self.deadline = min(self.deadline + gained, self.latest)
+
+
+class _Silent(Exception):
+    """No answer began to arrive within the budget."""
+
+
+def receive(channel: Channel, budget: Budget, limit: int) -> dict[str, Any]:
+    """One answer of at most `limit` bytes, read under `budget`.
+
+    A frame that began to arrive gets `_FRAME_GRACE` s past the budget to end. _Silent when
+    none began; EOFError when the socket closed; WireError for a frame over the bound, one cut
+    short, or bytes that are not a message."""
+    channel.expect(limit)
+    grace_end: float | None = None
     while True:
-        if conn.poll(max(0.0, min(deadline - time.monotonic(), 1.0))):
-            return True
-        if time.monotonic() < deadline:
-            continue
-        now = _run_delay(pid)
-        if delay is None or now is None or now - delay < 0.05 or time.monotonic() >= latest:
-            return False
-        deadline, delay = min(deadline + (now - delay), latest), now
+        frame = channel.pump()
+        if frame is not None:
+            answer = decode(frame)
+            if not isinstance(answer, dict):
+                raise WireError(f"a message holding {type(answer).__name__}, not an object")
+            return answer
+        left = budget.left()
+        if left <= 0:
+            if not channel.started:
+                raise _Silent
+            grace_end = grace_end or time.monotonic() + _FRAME_GRACE
+            left = grace_end - time.monotonic()
+            if left <= 0:
+                raise FrameError(f"the answer stopped after {channel.got} of its "
+                                 f"{channel.expected} bytes" if channel.expected is not None
+                                 else "the answer stopped inside its length")
+        select.select([channel], [], [], min(left, 1.0))
+
+
+def _check_seq(answer: dict[str, Any], seq: int) -> None:
+    """Take the request number off an answer; WireError unless it is `seq` (a frame that the
+    subject wrote, or an answer to another request, would put every later answer out of step)."""
+    got = answer.pop("seq", None)
+    if got != seq:
+        raise WireError(f"an answer numbered {str(got)[:20]}, to request {seq}")
+
+
+def _ready_limit(sizes: tuple[int, int, int]) -> int:
+    """The bytes a `ready` message may take: SubjectInfo, with a (C, H) pair per grid point."""
+    return (1 << 20) + 64 * sizes[0] * sizes[1]
 
 
 def _signal_name(code: int | None) -> str:
@@ -348,10 +439,14 @@ class Worker:
         self.timeout = timeout
         self.start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
-        self._conn: Connection | None = None
+        self._conn: Channel | None = None
         self.restarts = -1
         self._restart_error: str | None = None
         self._outstanding = False  # a request sent whose answer is not yet read
+        self._limit = 0  # the bytes the outstanding request's answer may take
+        self._unsent = False  # the worker did not take the outstanding request in time
+        self._n_embd = 0  # C of the module built last: it bounds the next answers
+        self._seq = 0  # the outstanding request's number, which its answer echoes
         _LIVE.add(self)
         self.info = self._start()
 
@@ -362,32 +457,39 @@ class Worker:
     def _start(self) -> SubjectInfo:
         # The first start adopts a worker `attnspec verify` started ahead, if there is one.
         # A worker for another user is never the one started ahead (that one is the runner's).
-        process, conn = (self.restarts < 0 and self.user is None and take()) or spawn(self.user)
+        process, sock = (self.restarts < 0 and self.user is None and take()) or spawn(self.user)
+        conn = Channel(sock)
         self._process, self._conn = process, conn
         self.restarts += 1
+        silent = TargetError(f"TARGET {self.target!r} did not finish loading within "
+                             f"{self.start_timeout:g} s.")
         try:
-            conn.send_bytes(encode({"target": self.target, "sys_path": list(sys.path),
-                                    "max_heads": self.sizes[0],
-                                    "max_head_dim": self.sizes[1],
-                                    "max_width": self.sizes[2]}))
-            loaded = conn.poll(self.start_timeout)
-        except BaseException:  # Ctrl-C while the subject loads: leave no worker behind
+            # The load's budget is wall time: a subject may take long to import, not forever.
+            budget = Budget([process.pid], self.start_timeout, stretch=1.0)
+            if not conn.send(pack({"target": self.target, "sys_path": list(sys.path),
+                                   "max_heads": self.sizes[0], "max_head_dim": self.sizes[1],
+                                   "max_width": self.sizes[2]}), budget.left):
+                raise _Silent
+            answer = receive(conn, budget, _ready_limit(self.sizes))
+        except _Silent:
             self._kill()
-            raise
-        if not loaded:
-            self._kill()
-            raise TargetError(f"TARGET {self.target!r} did not finish loading within "
-                              f"{self.start_timeout:g} s.")
-        try:
-            answer = decode(conn.recv_bytes())
-        except (EOFError, OSError, WireError):
+            raise silent from None
+        except (EOFError, OSError):
             code = self._reap()
             as_user = "" if self.user is None else (
                 f"; the worker ran as user {self.user.name!r}: it must be able to read attnspec, "
                 "torch, the TARGET and the working directory (its stderr above says more)")
             raise TargetError(f"TARGET {self.target!r} killed its process while loading "
                               f"({_signal_name(code)}){as_user}.") from None
-        kind = answer.get("kind") if isinstance(answer, dict) else None
+        except WireError as error:
+            self._kill()
+            raise TargetError(f"TARGET {self.target!r}: while it loaded, its worker sent "
+                              f"something that is not attnspec's answer ({error}; did the "
+                              "subject write to attnspec's socket?).") from None
+        except BaseException:  # Ctrl-C while the subject loads: leave no worker behind
+            self._kill()
+            raise
+        kind = answer.get("kind")
         if kind == "target_error" and isinstance(answer.get("message"), str):
             self._kill()
             raise TargetError(answer["message"])
@@ -400,7 +502,7 @@ class Worker:
             self._kill()
             raise TargetError(f"TARGET {self.target!r}: the worker's message on loading is not "
                               f"one attnspec sent ({error}); did the subject write to "
-                              "attnspec's pipe?") from None
+                              "attnspec's socket?") from None
 
     def _reap(self) -> int | None:
         """Wait briefly for a dying worker's exit code, then clear up its group."""
@@ -449,25 +551,34 @@ class Worker:
                 self._restart_error = f"the worker could not be restarted: {error}"
                 raise SubjectCrash("crash", self._restart_error, ran=False) from None
         assert self._conn is not None and self._process is not None
-        self._outstanding = True
+        build = request.get("build")
+        if isinstance(build, dict) and build.get("n_embd") is not None:
+            self._n_embd = int(build["n_embd"])
+        self._limit = answer_limit(request, self._n_embd)
+        self._seq += 1
+        request = {**request, "seq": self._seq}
+        self._outstanding, self._unsent = True, False
         try:
-            self._conn.send_bytes(encode(request))
+            # A worker that stops reading (stopped, or its socket's reader stolen) gets the
+            # request's own budget, then collect() calls it a timeout.
+            self._unsent = not self._conn.send(
+                pack(request), Budget([self._process.pid], self.timeout).left)
         except OSError:
             pass  # it died since the last answer: collect() says how
 
     def collect(self) -> dict[str, Any]:
         assert self._conn is not None and self._process is not None and self._outstanding
         self._outstanding = False
-        if not _wait(self._conn, self._process.pid, self.timeout):
+        try:
+            if self._unsent:
+                raise _Silent
+            answer = receive(self._conn, Budget([self._process.pid], self.timeout), self._limit)
+            _check_seq(answer, self._seq)
+            return answer
+        except _Silent:
             self._kill()
             raise SubjectCrash("timeout", f"no answer within --timeout {self.timeout:g} s; "
-                               "the worker was killed and restarted.")
-        try:
-            return dict(decode(self._conn.recv_bytes()))
-        except (TypeError, ValueError):  # JSON, but not an object: the subject wrote it
-            self._kill()
-            raise SubjectCrash("crash", "the worker sent a message that is not an answer (not "
-                               "a JSON object); it was killed and restarted.") from None
+                               "the worker was killed and restarted.") from None
         except (EOFError, OSError):
             code = self._reap()
             raise SubjectCrash("crash", f"the subject killed its process ({_signal_name(code)});"
@@ -475,7 +586,8 @@ class Worker:
         except WireError as error:
             self._kill()
             raise SubjectCrash("crash", f"the worker sent something that is not an answer "
-                               f"({error}); it was killed and restarted.") from None
+                               f"({error}; did the subject write to attnspec's socket?); it "
+                               "was killed and restarted.") from None
 
     def restart_later(self) -> None:
         """Kill the worker: its answers can no longer be matched to requests (it forged one),
@@ -485,7 +597,7 @@ class Worker:
     def close(self) -> None:
         if self._conn is not None and self._process is not None and self._process.poll() is None:
             try:
-                self._conn.send_bytes(encode({"stop": True}))
+                self._conn.send(pack({"stop": True}), Budget([], 1.0, stretch=1.0).left)
                 self._process.wait(5)
             except (OSError, ValueError, subprocess.TimeoutExpired):
                 pass

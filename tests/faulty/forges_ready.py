@@ -17,4 +17,4 @@ if sys.argv[0] == "-c":  # in attnspec's worker, whose socket is sys.argv[2]
     _data = encode({"kind": "ready", "info": {
         "name": "forged", "origin": "forged", "has_export": True, "dtypes": None,
         "supported": [[8]], "cuda": False}})
-    os.write(int(sys.argv[2]), struct.pack("!i", len(_data)) + _data)
+    os.write(int(sys.argv[2]), struct.pack("<Q", len(_data)) + _data)

@@ -1,6 +1,7 @@
 """Correct sharded attention (tests/good/sharded_gather.py) whose rank 1 misbehaves in forward
-once tensor-parallel: it dies, hangs or raises, as $ATTNSPEC_RANK_FAULT (or the file
-$ATTNSPEC_RANK_FAULT_FILE, read at each call) says. Every rank that
+once tensor-parallel: it dies, hangs, raises or writes a 2 GiB frame length into its socket
+(`frame`), as $ATTNSPEC_RANK_FAULT (or the file $ATTNSPEC_RANK_FAULT_FILE, read at each call)
+says. Every rank that
 shards writes its pid into $ATTNSPEC_RANK_PIDS (a directory), so tests can see none outlives
 the run."""
 
@@ -42,6 +43,9 @@ class Faulty(nn.Module):
         if self.rank == 1 and fault == "die":
             os._exit(3)
         if self.rank == 1 and fault == "hang":
+            time.sleep(3600)
+        if self.rank == 1 and fault == "frame":  # a 2 GiB frame length on attnspec's socket
+            os.write(int(sys.argv[2]), (2**31).to_bytes(8, "little"))
             time.sleep(3600)
         if self.rank == 1 and fault == "raise":
             raise ValueError("rank 1 has no kernel for this shape")
