@@ -35,7 +35,7 @@ from ._options import (
 from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
 from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
-from ._subject import clip, default_dtypes
+from ._subject import check_variants, clip, default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
 
 if TYPE_CHECKING:
@@ -263,6 +263,12 @@ class Session:
         self._gangs: dict[int, Gang] = {}
         self._rank_target = target if isinstance(target, str) else None
         self.info = self.executor.info
+        if self.info.protocol == 2:  # again here: the worker's process is the subject's
+            try:
+                check_variants(self.info.variants or {}, repr(self.target))
+            except TargetError:
+                self.close()
+                raise
         if self.info.supported is not None and not self.info.supported:
             self.close()
             raise UsageError(
