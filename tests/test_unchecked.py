@@ -4,6 +4,10 @@ subject are no pass, and the report's edges (a quick pass cut short, a run kille
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -92,8 +96,31 @@ def test_the_runner_checks_the_variants_the_worker_reports(monkeypatch: pytest.M
 
 # ---- examples that never reached the subject ------------------------------------------------
 
+def test_specs_all_declined_check_nothing_and_the_run_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    report = attnspec.verify(_v2(supports=lambda spec: False), only="causality",
+                             max_examples=3, seed=0, database=False, report=path)
+    causality = report.result("causality")
+    # T = 1 ends causality before the subject is asked: such examples are not a pass.
+    assert causality.verdict == "skip" and causality.reached == 0, causality
+    assert "supports(spec) declined all" in causality.message, causality.message
+    assert not report.ok
+    assert report.error is not None and report.error.startswith(
+        "TARGET 'v2': nothing was checked: every spec attnspec drew was declined by "
+        "supports(spec) (causality: "), report.error
+    saved = json.loads(path.read_text())
+    assert (saved["status"], saved["error"]) == ("error", report.error)
 
 
+def test_a_property_whose_every_example_short_circuits_is_skipped_not_passed() -> None:
+    report = attnspec.verify("attnspec.subjects.reference", only="width,causality", max_seq=1,
+                             max_examples=3, seed=0, database=False, isolate=False)
+    causality = report.result("causality")
+    assert (causality.verdict, causality.examples, causality.reached) == ("skip", 3, 0)
+    assert causality.message == ("none of its 3 examples reached the subject: each ended before "
+                                 "calling it (T=1: nothing after any position)")
+    assert report.result("width").verdict == "pass" and report.result("width").reached == 3
+    assert report.error is None and report.ok  # width checked something
 
 
 
@@ -108,11 +135,38 @@ def test_the_runner_checks_the_variants_the_worker_reports(monkeypatch: pytest.M
 
 # ---- the pytest plugin ----------------------------------------------------------------------
 
+def _pytest_in(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ATTNSPEC_SUBJECT"}
+    # The attnspec under test, also where PYTHONPATH named it relative to another directory.
+    source = str(Path(attnspec.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                          capture_output=True, text=True, timeout=600, cwd=project, env=env)
 
 
 
 
 
 
+@pytest.mark.slow
+def test_a_plugin_run_that_checked_nothing_is_a_usage_error(tmp_path: Path) -> None:
+    done = _pytest_in(tmp_path, "--attnspec-subject", "attnspec.subjects.reference",
+                      "-k", "window or gqa_grouping")
+    assert done.returncode == 4, done.stdout[-3000:]  # pytest's usage error
+    assert ("attnspec: TARGET 'attnspec.subjects.reference': nothing was checked: no "
+            "property's examples reached the subject (window: the subject speaks protocol 1"
+            ) in done.stdout, done.stdout[-3000:]
 
 
+@pytest.mark.slow
+def test_the_command_line_exits_2_when_nothing_was_checked(tmp_path: Path) -> None:
+    from attnspec._cli import main
+
+    path = tmp_path / "declines.py"
+    path.write_text("from attnspec import SpecAttention\nPROTOCOL = 2\nbuild = SpecAttention\n"
+                    "def supports(spec):\n    return False\n")
+    code = main(["verify", str(path), "--only", "width", "--max-examples", "2",
+                 "--no-database", "--no-progress", "--report", str(tmp_path / "r.json")])
+    assert code == 2
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["status"] == "error" and "nothing was checked" in saved["error"]

@@ -164,6 +164,7 @@ class _State:
     """What one property's run has seen so far, from which its `PropertyResult` is made."""
 
     examples: int = 0  # examples run (a skipped one does not count)
+    reached: int = 0  # of those, examples in which the subject ran a request (its answers say)
     forwards: int = 0  # forward calls they made, for forwards_per_example
     failures: list[tuple[Example, Outcome]] = field(default_factory=list)  # every fail or error
     last: tuple[Example, Outcome] | None = None  # the failure reported: the last Hypothesis kept
@@ -218,6 +219,35 @@ class _Declined(Exception):
     """supports(spec) declined the example drawn: Hypothesis draws another."""
 
 
+class _Counted:
+    """The executor as one example's check sees it, counting the answers in which the subject
+    ran a request: an example whose check ended without one (T = 1 in causality) proved nothing
+    about the subject."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+        self.ran = 0
+
+    def __getattr__(self, name: str) -> Any:  # info and the rest, as the executor has them
+        return getattr(self._executor, name)
+
+    def submit(self, request: dict[str, Any]) -> None:
+        self._executor.submit(request)
+
+    def collect(self) -> dict[str, Any]:
+        answer = self._executor.collect()
+        if not (isinstance(answer, Mapping) and answer.get("kind") == "unsupported"):
+            self.ran += 1
+        return answer
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.submit(request)
+        return self.collect()
+
+    def close(self) -> None:
+        self._executor.close()
+
+
 class Session:
     """One subject, loaded once (in a worker process unless `isolate=False`), checked property by
     property. Use as a context manager so the worker is stopped."""
@@ -241,6 +271,7 @@ class Session:
         self.max_seq = options.max_seq
         self._crash_shrink_left = _CRASH_SHRINK_SECONDS
         self._passed: dict[str, tuple[_State, float]] = {}  # quick passes the full pass continues
+        self._declined: dict[str, int] = {}  # per property, the specs supports(spec) declined
         self._strategies: dict[tuple[str, bool], Any] = {}  # per (property, narrow), built once
         # CI services set CI: derandomized and no database, as --profile ci. A --seed still wins.
         ci, database = options.ci, options.database
@@ -440,7 +471,8 @@ class Session:
         return None
 
     def _result(self, prop: str, state: _State, seconds: float) -> PropertyResult:
-        result = PropertyResult(id=prop, examples=state.examples, seconds=round(seconds, 3),
+        result = PropertyResult(id=prop, examples=state.examples, reached=state.reached,
+                                seconds=round(seconds, 3),
                                 notes=sorted(state.notes), drawn=state.drawn.to_json())
         if state.examples:
             result.forwards_per_example = round(state.forwards / state.examples, 2)
@@ -472,8 +504,36 @@ class Session:
         if state.skip is not None and state.examples == 0:
             result.verdict, result.message = "skip", state.skip
             return result
+        if state.reached == 0:  # nothing the subject did was judged: not a pass
+            result.verdict, result.message = "skip", self._unreached(state)
+            return result
         result.verdict = "pass"
         return result
+
+    def nothing_checked(self, results: Sequence[PropertyResult]) -> str | None:
+        """Why a run whose properties were all skipped checked nothing (None: it checked
+        something, or something failed): such a run is the TARGET's or the options' error."""
+        skipped = [p for p in results if p.verdict == "skip"]
+        if not skipped or any(p.verdict not in ("skip", "not_run") for p in results):
+            return None
+        lead = ("every spec attnspec drew was declined by supports(spec)"
+                if all(self._declined.get(p.id) for p in skipped)
+                else "no property's examples reached the subject")
+        reasons = "; ".join(f"{p.id}: {p.message}" for p in skipped)
+        return f"TARGET {self.target!r}: nothing was checked: {lead} ({reasons})."
+
+    def _unreached(self, state: _State) -> str:
+        """Why a property whose examples never reached the subject has no verdict."""
+        declined = (f"supports(spec) declined all {state.declined} specs drawn"
+                    if state.declined else "")
+        if not state.examples:
+            return declined or ("no example could be drawn for this property within this "
+                                f"run's bounds (max_heads={self.sizes[0]}, max_head_dim="
+                                f"{self.sizes[1]}, max_width={self.sizes[2]}, max_seq="
+                                f"{self.max_seq})")
+        why = "; ".join(sorted(state.notes)) or "none asked the subject anything"
+        return (f"none of its {state.examples} examples reached the subject: each ended before "
+                f"calling it ({why})" + (f", and {declined}" if declined else ""))
 
     def replay_example(self, prop: str, data: Mapping[str, Any]) -> Example:
         """The example in a replay JSON, checked so that a typo is a UsageError, not a verdict."""
@@ -607,8 +667,9 @@ class Session:
 
     def _one(self, prop: str, ex: Example, state: _State) -> Outcome | None:
         state.examples += 1
+        counted = _Counted(self.executor)
         try:
-            outcome = run_check(self.executor, prop, ex,
+            outcome = run_check(counted, prop, ex,
                                 self._gang if BY_ID[prop].shards is not None else None)
         except SubjectCrash as bare:
             crash = SubjectCrash(bare.kind, f"{bare} (on {ex.describe()})", ran=bare.ran)
@@ -632,6 +693,7 @@ class Session:
             state.examples -= 1
             return None
         state.drawn.add(prop, ex)
+        state.reached += counted.ran > 0
         if outcome.failed:
             state.failures.append((ex, outcome))
             if outcome.measured is not None and (
@@ -738,8 +800,7 @@ class Session:
         except (FlakyFailure, FlakyStrategyDefinition) as error:
             state.notes.add(f"flaky: {type(error).__name__}")
         except Unsatisfiable:
-            state.skip = (f"the subject's supports(spec) declined all {state.declined} specs "
-                          "drawn for this property")
+            state.skip = self._unreached(state)
         except KeyboardInterrupt as interrupt:  # keep what this property found so far
             partial = self._result(prop, state, time.perf_counter() - start)
             if partial.verdict == "pass":
@@ -757,6 +818,7 @@ class Session:
                                 "for shrinking crashes were spent on earlier properties")
             self._crash_shrink_left -= time.perf_counter() - state.first_failure_at
         result = self._result(prop, state, time.perf_counter() - start)
+        self._declined[prop] = state.declined
         if stream == "quick" and result.verdict == "pass":
             self._passed[prop] = (state, time.perf_counter() - start)
         if progress is not None:
@@ -909,6 +971,7 @@ def verify(
                     result.properties[i] = session.run(prop, show)
                 _save(result, report)
             result.partial = any(p.verdict == "not_run" for p in result.properties)
+            result.error = session.nothing_checked(result.properties)
         except KeyboardInterrupt as interrupt:
             partial = getattr(interrupt, "partial_result", None)
             if isinstance(partial, PropertyResult):

@@ -33,6 +33,8 @@ class PropertyResult:
     id: str
     verdict: str = "not_run"
     examples: int = 0
+    # Of the examples, those in which the subject ran a request (T = 1 ends causality before).
+    reached: int = 0
     seconds: float = 0.0
     message: str = ""
     counterexample: dict[str, Any] | None = None
@@ -154,6 +156,8 @@ class Report:
                 lines.append(f"  largest violation seen: {big['measured']:.3g} (allowed "
                              f"{big['allowed']:.3g}) at {shown}")
                 lines.append(f"  replay: {big['replay']}")
+        if self.error is not None:
+            lines += ["", f"error: {self.error}"]
         # Messages quote the subject's own exceptions: its escape codes must not drive the tty.
         return "\n".join(printable(line.rstrip()) for line in lines)
 

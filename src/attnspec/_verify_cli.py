@@ -375,4 +375,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
         return EXIT_FAILED if report.failures else EXIT_USAGE
     if args.report:
         print(f"\nreport: {args.report}", file=out)
+    if report.error is not None:  # it ran, and checked nothing: the TARGET's or the options'
+        print(f"attnspec verify: {printable(report.error)}", file=err)
+        return EXIT_USAGE
     return EXIT_OK if report.ok else EXIT_FAILED

@@ -70,6 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         raise pytest.UsageError(in_flags(error, _FLAGS)) from None
     config.stash[_SESSIONS] = {}
+    _VERDICTS.clear()
     # The suite is this file's items: collected beside the paths given, or alone.
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         config.args.append(str(_HERE))
@@ -92,6 +93,44 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"attnspec subjects: {', '.join(targets)}",
             f"attnspec profile: {profile}, {options.examples} examples per property, "
             f"device: {options.device}"]
+
+
+# Each property item's verdict, by TARGET, as the process that reports the run sees them (the
+# xdist controller too: user_properties travel with the reports).
+_VERDICTS: dict[str, list[dict[str, Any]]] = {}
+_VERDICT_KEY = "attnspec_verdict"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call":
+        return
+    for key, value in report.user_properties:
+        if key == _VERDICT_KEY and isinstance(value, dict):
+            _VERDICTS.setdefault(str(value.get("target")), []).append(value)
+
+
+def _unchecked() -> list[str]:
+    """One line per TARGET whose properties all ran and none reached the subject."""
+    lines = []
+    for target, verdicts in _VERDICTS.items():
+        if verdicts and all(v.get("verdict") == "skip" for v in verdicts):
+            reasons = "; ".join(f"{v.get('property')}: {v.get('message')}" for v in verdicts)
+            lines.append(f"attnspec: TARGET {target!r}: nothing was checked: no property's "
+                         f"examples reached the subject ({reasons}).")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in _unchecked():
+        terminalreporter.write_line(line, red=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
+        return
+    # A run that checked nothing is not a pass: the TARGET's or the options' error.
+    if _unchecked() and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -145,6 +184,9 @@ class _PropertyItem(pytest.Item):
 
     def runtest(self) -> None:
         result = self._session().run(self.prop)
+        self.user_properties.append((_VERDICT_KEY, {
+            "target": self.target, "property": self.prop, "verdict": result.verdict,
+            "message": result.message}))
         if result.verdict == "skip":
             pytest.skip(f"{self.prop}: {result.message}")
         if not result.ok:
