@@ -123,6 +123,19 @@ def test_a_property_whose_every_example_short_circuits_is_skipped_not_passed() -
     assert report.error is None and report.ok  # width checked something
 
 
+def test_a_subjects_own_world_sizes_are_used_unless_the_run_narrows_them(tmp_path: Path,
+                                                                        ) -> None:
+    path = tmp_path / "three_ranks.py"
+    path.write_text("from attnspec import SpecAttention\nPROTOCOL = 2\nWORLD_SIZES = (3,)\n"
+                    "build = SpecAttention\ndef shard_heads(module, mesh):\n    return module\n")
+    with Session(str(path), RunOptions(database=False), isolate=False) as session:
+        assert session._worlds("tp_equivalence") == [3]
+        assert session.header()["world_sizes"] == [3]
+    with Session(str(path), RunOptions(world_sizes=(2, 4), database=False),
+                 isolate=False) as session:
+        assert session._skip_reason("tp_equivalence") == (
+            "this run's world_sizes [2, 4] exclude every one of the subject's WORLD_SIZES [3]: "
+            "give one of those, or leave world_sizes out to use them all")
 
 
 

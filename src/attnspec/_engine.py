@@ -356,7 +356,8 @@ class Session:
         """The world sizes sharded examples of `prop` are drawn over: the subject's and the
         run's, where one fits the run's bounds (W <= max_heads and a listed n_kv_head W divides,
         for heads; 2W or W <= max_seq, for positions)."""
-        worlds = sorted(set(self.info.world_sizes) & set(self.options.world_sizes))
+        chosen = self.options.world_sizes
+        worlds = sorted(set(self.info.world_sizes) & set(chosen or self.info.world_sizes))
         shards = None if prop is None else BY_ID[prop].shards
         if shards == "heads":
             listed = (self.info.variants or {}).get("n_kv_head")
@@ -382,7 +383,7 @@ class Session:
             "derandomize": self.derandomize, "timeout": self.timeout,
             "max_seq": self.max_seq, "max_heads": self.sizes[0],
             "max_head_dim": self.sizes[1], "max_width": self.sizes[2],
-            "world_sizes": list(self.options.world_sizes),
+            "world_sizes": list(self.options.world_sizes or self.info.world_sizes),
             "isolated": self.isolated,
         }
 
@@ -454,8 +455,9 @@ class Session:
             return ("the TARGET is a Python object: ranks are processes of their own, which "
                     "load the subject by name (pass a path or a module name)")
         if not self._worlds():
-            return (f"the subject's WORLD_SIZES {list(self.info.world_sizes)} and this run's "
-                    f"world_sizes {list(self.options.world_sizes)} have no size in common")
+            return (f"this run's world_sizes {list(self.options.world_sizes or ())} exclude "
+                    f"every one of the subject's WORLD_SIZES {list(self.info.world_sizes)}: "
+                    "give one of those, or leave world_sizes out to use them all")
         if not self._worlds(prop):
             bound = (f"max_heads={self.sizes[0]} and the subject's n_kv_head"
                      if BY_ID[prop].shards == "heads" else
@@ -880,7 +882,7 @@ def verify(
     replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
     on_start: Callable[[Report], None] | None = None, max_seq: int = 64,
     max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
-    world_sizes: Sequence[int] = (2, 4),
+    world_sizes: Sequence[int] | None = None,
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
 
@@ -904,8 +906,8 @@ def verify(
       and 512). Three examples in four are narrow (H <= 8, D <= 16); the others range over all
       of it, favouring the head sizes kernels specialise on (32, 64, 80, 96, 128, 256 and their
       neighbours), with B = 1 and T up to max(9, max_seq // 8).
-    - `world_sizes`: the ranks tp_equivalence and cp_equivalence shard over (2 and 4), where
-      the subject's WORLD_SIZES allow them; each rank is a process.
+    - `world_sizes`: the ranks tp_equivalence and cp_equivalence shard over (None: every one
+      of the subject's WORLD_SIZES, 2 and 4 by default); each rank is a process.
     - `report`: a path for the JSON report, written atomically after every property.
     - `exitfirst`: stop after the first property that does not pass.
     - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
@@ -921,7 +923,7 @@ def verify(
                          profile=profile, max_examples=max_examples, seed=seed,
                          timeout=timeout, max_seq=max_seq, max_heads=max_heads,
                          max_head_dim=max_head_dim, max_width=max_width, database=database,
-                         world_sizes=tuple(world_sizes))
+                         world_sizes=None if world_sizes is None else tuple(world_sizes))
     if replay is not None and len(props) != 1:
         raise UsageError(option="only", value=",".join(props),
                          reason="a replay runs one example of one property: give exactly one.")

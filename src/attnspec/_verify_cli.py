@@ -216,8 +216,11 @@ def in_flags(error: BaseException, flags: dict[str, str]) -> str:
     return f"{flags[option]} {shown}: {getattr(error, 'reason', '')}"
 
 
-def _world_sizes(text: str) -> tuple[Any, ...]:
-    """--world-sizes 2,4 as whole numbers where they are; RunOptions says what is wrong."""
+def _world_sizes(text: str | None) -> tuple[Any, ...] | None:
+    """--world-sizes 2,4 as whole numbers where they are (None: not given, the subject's own);
+    RunOptions says what is wrong."""
+    if text is None:
+        return None
     return tuple(int(w) if w.strip().isdigit() else w.strip() for w in text.split(","))
 
 
@@ -257,9 +260,10 @@ def add_verify_parser(sub: Any) -> None:
                         help=f"the widest C = H x D drawn ({MAX_WIDTH}, at most {WIDTH_LIMIT}); "
                              "3 examples in 4 are narrow (H <= 8, D <= 16), the others have "
                              "B = 1 and T up to max(9, max_seq / 8)")
-    verify.add_argument("--world-sizes", default="2,4", metavar="W,...",
-                        help="the ranks tp_equivalence and cp_equivalence shard over (2,4), "
-                             "where the subject's WORLD_SIZES allow; each rank is a process")
+    verify.add_argument("--world-sizes", default=None, metavar="W,...",
+                        help="the ranks tp_equivalence and cp_equivalence shard over, among the "
+                             "subject's WORLD_SIZES (default: all of them, (2, 4) unless it "
+                             "says); each rank is a process")
     verify.add_argument("--report", metavar="FILE.json",
                         help="write a JSON report (atomically; once, plainly, to a device or "
                              "pipe)")
