@@ -41,6 +41,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--attnspec-world-sizes", default=None, metavar="W,...",
                     help="the ranks sharded properties run on, among the subject's WORLD_SIZES "
                          "(default: all of them); each rank is a process")
+    group.addoption("--attnspec-timeout", type=float, default=30.0, metavar="SECONDS",
+                    help="seconds one example may take before the worker is killed (30)")
     group.addoption("--attnspec-seed", type=int, default=None, metavar="N",
                     help="the same seed draws the same examples")
 

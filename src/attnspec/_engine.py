@@ -11,11 +11,13 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shlex
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +61,13 @@ _CRASH_SHRINK_SECONDS = 30.0
 # A first pass over every property with this many examples: most broken subjects fail it, so a
 # verdict comes in seconds instead of after the properties before the failing one.
 _QUICK_EXAMPLES = 5
+
+FRONT_END_FLAGS: ContextVar[Mapping[str, str] | None] = ContextVar("FRONT_END_FLAGS",
+                                                                   default=None)
+"""verify()'s parameters as the front end calling it spells them (the command line sets its
+own); None: verify()'s own names, `timeout=30`."""
+# The runner's messages name an option as the command line spells it; a front end renames it.
+_NAMED_OPTION = re.compile(r"--(timeout) (\S+)")
 
 
 def _stream_seed(seed: int, prop: str, stream: str) -> int:
@@ -253,9 +262,11 @@ class Session:
     property. Use as a context manager so the worker is stopped."""
 
     def __init__(self, target: Any, options: RunOptions | None = None, *,
-                 isolate: bool | None = None) -> None:
+                 isolate: bool | None = None, flags: Mapping[str, str] | None = None) -> None:
         options = options or RunOptions()
         self.options = options
+        # How this front end spells the options its messages name (None: verify()'s names).
+        self.flags = FRONT_END_FLAGS.get() if flags is None else flags
         cuda = torch.cuda.is_available()
         if options.device == "cuda" and not cuda:
             raise UsageError(option="device", value=options.device,
@@ -512,6 +523,14 @@ class Session:
         result.verdict = "pass"
         return result
 
+    def _in_flags(self, message: str) -> str:
+        """`message` with the options it names spelled as this run's front end spells them."""
+        def named(match: re.Match[str]) -> str:
+            flag = (self.flags or {}).get(match[1])
+            return f"{flag} {match[2]}" if flag else f"{match[1]}={match[2]}"
+
+        return _NAMED_OPTION.sub(named, message)
+
     def nothing_checked(self, results: Sequence[PropertyResult]) -> str | None:
         """Why a run whose properties were all skipped checked nothing (None: it checked
         something, or something failed): such a run is the TARGET's or the options' error."""
@@ -674,7 +693,8 @@ class Session:
             outcome = run_check(counted, prop, ex,
                                 self._gang if BY_ID[prop].shards is not None else None)
         except SubjectCrash as bare:
-            crash = SubjectCrash(bare.kind, f"{bare} (on {ex.describe()})", ran=bare.ran)
+            crash = SubjectCrash(bare.kind, f"{self._in_flags(str(bare))} (on {ex.describe()})",
+                                 ran=bare.ran)
             crash.rank = getattr(bare, "rank", None)  # type: ignore[attr-defined]
             state.crashes += 1
             # Smaller tries after a timeout could each cost a whole --timeout; after a failed

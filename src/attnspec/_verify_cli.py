@@ -313,7 +313,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
     from ._spawn import prestart
 
     prestart()  # the worker imports torch while this process does (two cores, half the wait)
-    from ._engine import verify
+    from ._engine import FRONT_END_FLAGS, verify
     from ._report import progress_printer
 
     dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]
@@ -337,6 +337,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
         started.append(report)  # the same object fills in as properties finish
         print(printable(_header(report.header, args.target)), file=out, flush=True)
 
+    named = FRONT_END_FLAGS.set(FLAGS)  # the runner's messages say --timeout, not timeout=
     try:
         report = verify(
             args.target, only=args.only, skip=args.skip, device=args.device,
@@ -369,6 +370,8 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
         how = f" by {name}" if name else ""
         print(f"\nattnspec verify: interrupted{how}{kept}.", file=err)
         return 128 + stop.signum if stop.signum else EXIT_INTERRUPTED
+    finally:
+        FRONT_END_FLAGS.reset(named)
     if plain:
         _write_report(report, args.report)
     # The verdicts decide the exit status, whatever became of stdout (`| head` closes it).

@@ -31,7 +31,7 @@ _FLAGS = {"max_examples": "--attnspec-max-examples", "max_seq": "--attnspec-max-
           "device": "--attnspec-device", "profile": "--attnspec-profile",
           "seed": "--attnspec-seed", "max_heads": "--attnspec-max-heads",
           "max_head_dim": "--attnspec-max-head-dim", "max_width": "--attnspec-max-width",
-          "world_sizes": "--attnspec-world-sizes"}
+          "world_sizes": "--attnspec-world-sizes", "timeout": "--attnspec-timeout"}
 
 
 def subject_targets(config: pytest.Config) -> list[str]:
@@ -64,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
             max_heads=config.getoption("--attnspec-max-heads"),
             max_head_dim=config.getoption("--attnspec-max-head-dim"),
             max_width=config.getoption("--attnspec-max-width"),
+            timeout=config.getoption("--attnspec-timeout"),
             world_sizes=_world_sizes(config.getoption("--attnspec-world-sizes")))
     except UsageError as error:
         from ._verify_cli import in_flags
@@ -171,7 +172,8 @@ class _PropertyItem(pytest.Item):
         sessions = self.config.stash[_SESSIONS]
         if self.target not in sessions:
             try:
-                sessions[self.target] = Session(self.target, self.config.stash[_OPTIONS])
+                sessions[self.target] = Session(self.target, self.config.stash[_OPTIONS],
+                                                flags=_FLAGS)
             except (TargetError, UsageError) as error:
                 from ._verify_cli import in_flags
 
