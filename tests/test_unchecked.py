@@ -18,6 +18,7 @@ import attnspec
 from attnspec import RoPE, SpecAttention, TargetError
 from attnspec._engine import Session
 from attnspec._options import RunOptions
+from attnspec._report import PropertyResult
 
 HERE = Path(__file__).parent
 
@@ -150,8 +151,33 @@ def test_runner_messages_name_the_option_as_the_front_end_spells_it() -> None:
 
 # ---- the report's edges ---------------------------------------------------------------------
 
+def test_the_report_says_running_from_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    seen: list[str] = []
+    # on_start comes once the subject loaded, before any property: a kill there left this.
+    report = attnspec.verify("attnspec.subjects.reference", only="width", max_examples=2,
+                             database=False, isolate=False, report=path,
+                             on_start=lambda r: seen.append(json.loads(path.read_text())["status"]))
+    assert seen == ["running"]
+    assert json.loads(path.read_text())["status"] == "pass" and report.ok
 
 
+def test_an_interrupted_run_keeps_what_the_quick_pass_found(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+
+    def progress(prop: str, done: int, total: int, result: PropertyResult | None) -> None:
+        if prop == "width":  # the first full pass: Ctrl-C, after both quick passes passed
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        attnspec.verify("attnspec.subjects.reference", only="width,dtype", max_examples=11,
+                        seed=0, database=False, isolate=False, report=path, progress=progress)
+    saved = {p["id"]: p for p in json.loads(path.read_text())["properties"]}
+    dtype = saved["dtype"]
+    assert (dtype["verdict"], dtype["examples"]) == ("interrupted", 5), dtype
+    assert dtype["message"] == ("Ctrl-C came before its full pass; its quick pass of 5 narrow "
+                                "examples passed")
+    assert saved["width"]["verdict"] == "interrupted"
 
 
 # ---- the pytest plugin ----------------------------------------------------------------------

@@ -7,6 +7,7 @@ The CLI, the Python API (`verify`) and the pytest suite in conformance/ are fron
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -951,7 +952,8 @@ def verify(
         check_report_path(report)
     show = progress_printer(sys.stderr) if progress is True else (progress or None)
     result = Report(target=_target_name(target), header={},
-                    properties=[PropertyResult(id=p) for p in props])
+                    properties=[PropertyResult(id=p) for p in props], running=True)
+    _save(result, report)  # now: a run killed before its first verdict leaves one that says so
     try:
         session = Session(target, options, isolate=isolate)
     except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
@@ -959,7 +961,7 @@ def verify(
         _save(result, report)
         raise
     except TargetError as error:  # the report says why nothing ran
-        result.error, result.partial = str(error), False
+        result.error, result.partial, result.running = str(error), False, False
         _save(result, report)
         raise
     with session:
@@ -968,12 +970,16 @@ def verify(
             session.replay_example(props[0], replay)
         if on_start is not None:
             on_start(result)
+        _save(result, report)
+        quick_passed: dict[int, PropertyResult] = {}  # what stands if the full pass never runs
         try:
             quick = replay is None and session.max_examples > 2 * _QUICK_EXAMPLES
             current = 0
             for i, prop in enumerate(props if quick else ()):
                 current = i
                 found = session.run(prop, None, max_examples=_QUICK_EXAMPLES, stream="quick")
+                if found.verdict == "pass":
+                    quick_passed[i] = found
                 if not found.ok:  # final: the full pass would only find it again
                     result.properties[i] = found
                     if show is not None:
@@ -994,15 +1000,28 @@ def verify(
                 _save(result, report)
             result.partial = any(p.verdict == "not_run" for p in result.properties)
             result.error = session.nothing_checked(result.properties)
+            result.running = False
         except KeyboardInterrupt as interrupt:
             partial = getattr(interrupt, "partial_result", None)
             if isinstance(partial, PropertyResult):
                 result.properties[current] = partial
             result.interrupted = True
             raise
-        finally:
+        finally:  # an internal error leaves status running: the run did not finish
+            for i, passed in quick_passed.items():
+                if result.properties[i].verdict == "not_run":
+                    result.properties[i] = _quick_pass_only(passed, result.interrupted)
             _save(result, report)
     return result
+
+
+def _quick_pass_only(passed: PropertyResult, interrupted: bool) -> PropertyResult:
+    """A property whose full pass never ran: what its quick pass found, and no verdict."""
+    why = "Ctrl-C came" if interrupted else "the run stopped at the first failure"
+    return dataclasses.replace(
+        passed, verdict="interrupted" if interrupted else "not_run",
+        message=f"{why} before its full pass; its quick pass of {passed.examples} narrow "
+                "examples passed")
 
 
 def _target_name(target: Any) -> str:

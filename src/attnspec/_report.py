@@ -70,6 +70,9 @@ class Report:
     properties: list[PropertyResult] = field(default_factory=list)
     partial: bool = True
     interrupted: bool = False
+    # Written at the start and after each property while the run goes on; left True by a run
+    # that was killed or broke before it finished (status "running").
+    running: bool = False
     # Why the TARGET could not be checked at all (it did not load); status "error".
     error: str | None = None
     # Why the JSON report could not be written, if it could not (not part of the JSON).
@@ -77,7 +80,8 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.partial and all(p.ok for p in self.properties)
+        return (self.error is None and not self.partial and not self.running
+                and all(p.ok for p in self.properties))
 
     @property
     def failures(self) -> list[PropertyResult]:
@@ -92,7 +96,8 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         status = ("error" if self.error is not None else "interrupted" if self.interrupted
-                  else "partial" if self.partial else "pass" if self.ok else "fail")
+                  else "running" if self.running else "partial" if self.partial
+                  else "pass" if self.ok else "fail")
         extra = {"error": self.error} if self.error is not None else {}
         data: dict[str, Any] = _finite({
             "schema": SCHEMA, "target": self.target, "status": status, "partial": self.partial,
