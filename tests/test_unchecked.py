@@ -4,6 +4,7 @@ subject are no pass, and the report's edges (a quick pass cut short, a run kille
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -191,8 +192,40 @@ def _pytest_in(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600, cwd=project, env=env)
 
 
+BREAKS_SDPA = '''
+import attnspec._engine
+
+real = attnspec._engine.Session.__init__
 
 
+def broken(self, target, *args, **kwargs):
+    if target == "attnspec.subjects.sdpa":
+        raise RuntimeError("Numpy is not available")
+    real(self, target, *args, **kwargs)
+
+
+attnspec._engine.Session.__init__ = broken
+'''
+
+
+@pytest.mark.slow
+def test_the_plugin_names_its_own_timeout_and_says_an_internal_error_briefly(
+        tmp_path: Path) -> None:
+    for name in ("hangs.py", "_base.py"):
+        (tmp_path / name).write_text((HERE / "faulty" / name).read_text())
+    (tmp_path / "conftest.py").write_text(BREAKS_SDPA)
+    done = _pytest_in(tmp_path, "--attnspec-subject", "hangs.py", "--attnspec-subject",
+                      "attnspec.subjects.sdpa", "--attnspec-timeout", "1",
+                      "--attnspec-max-examples", "3", "-k", "width")
+    out = done.stdout
+    assert done.returncode == 1, out[-3000:]
+    assert "no answer within --attnspec-timeout 1 s" in out, out[-3000:]
+    assert ("attnspec: internal error while loading TARGET 'attnspec.subjects.sdpa' in its "
+            "worker: RuntimeError: Numpy is not available (at conftest.py:") in out, out[-3000:]
+    assert "Traceback" not in out and "_pytest" not in out, out[-3000:]
+    # Hypothesis mined only the project's own conftest, never attnspec's or torch's source.
+    mined = {p.name for p in (tmp_path / ".hypothesis" / "constants").glob("*")}
+    assert mined <= {hashlib.sha1(BREAKS_SDPA.encode()).hexdigest()[:16]}, mined
 
 
 @pytest.mark.slow

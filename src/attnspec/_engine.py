@@ -421,6 +421,7 @@ class Session:
                 max_seq=self.max_seq, max_heads=heads, max_head_dim=dim, max_width=width,
                 variants=self.info.variants if self.info.protocol == 2 else None,
                 worlds=self._worlds(prop), layout=self.info.cp_layout)
+            _hide_own_source_from_hypothesis()  # _strategies, new here, before a draw mines it
         return data.draw(strategy, label="example")  # type: ignore[no-any-return]
 
     # ---- running -----------------------------------------------------------------------
@@ -762,6 +763,7 @@ class Session:
             return done
 
         def test(data: Any) -> None:
+            _hide_own_source_from_hypothesis()  # modules the last example's check imported
             ex = self._draw(data, prop, narrow=stream == "quick")
             if state.first_failure_at is not None:
                 seconds = _SHRINK_SECONDS if state.crash is None else min(
@@ -860,10 +862,21 @@ def _installed(distribution: str) -> str:
         return "not installed"
 
 
+# Never the user's code: attnspec's own modules and its pytest entry point, and torch, whose
+# torch.ops and torch.classes give a relative __file__ that Hypothesis takes for a local file.
+_NOT_THE_USERS = frozenset({"attnspec", "attnspec_pytest", "torch"})
+_modules_hidden = 0  # len(sys.modules) when they were last hidden: a cheap "nothing new"
+
+
 def _hide_own_source_from_hypothesis() -> None:
-    """Hypothesis mines each module outside site-packages for constants to try in its draws.
-    From a source checkout (pip install -e) that is attnspec's own 500, parsed anew on every run
-    without a database (0.3 s), none of them about the subject; installed, there are none."""
+    """Hypothesis mines each module outside site-packages for constants to try in its draws,
+    and caches them in .hypothesis/constants of the working directory. From a source checkout
+    (pip install -e) that is attnspec's own 500, parsed anew on every run without a database
+    (0.3 s), none of them about the subject; installed, there are none. Called before each
+    example too, since attnspec imports some modules (its strategies) only once it draws."""
+    global _modules_hidden
+    if len(sys.modules) == _modules_hidden:
+        return
     try:
         from hypothesis.internal.conjecture import providers
 
@@ -871,8 +884,9 @@ def _hide_own_source_from_hypothesis() -> None:
     except (ImportError, AttributeError):  # another Hypothesis: at worst the 0.3 s again
         return
     for name, module in list(sys.modules.items()):
-        if name.partition(".")[0] == "attnspec":
+        if name.partition(".")[0] in _NOT_THE_USERS:
             seen.add(id(module))
+    _modules_hidden = len(sys.modules)
 
 
 @contextlib.contextmanager

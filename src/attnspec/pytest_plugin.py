@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ._errors import AttnspecError
 from ._options import RunOptions
 
 if TYPE_CHECKING:
@@ -144,8 +146,30 @@ def _short(target: str) -> str:
     return target.removeprefix("attnspec.subjects.")
 
 
+def _internal_error(error: BaseException, doing: str) -> str:
+    """A bug in attnspec (or its environment) in a few lines, not as a pytest traceback."""
+    from ._subject import fault_text
+
+    frames = traceback.extract_tb(error.__traceback__)
+    where = (f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in "
+             f"{frames[-1].name})" if frames else "")
+    return (f"attnspec: internal error while {doing}: {fault_text(error)}{where}.\n"
+            "This is attnspec's failure, or its environment's, not a verdict on the subject; "
+            "pytest --full-trace shows the traceback.")
+
+
+def _full_trace(config: pytest.Config) -> bool:
+    return bool(config.getoption("fulltrace", False))
+
+
 class _Suite(pytest.File):
     """Every (subject, property) pair of this run, as test items."""
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if _full_trace(self.config):
+            return str(super().repr_failure(excinfo))
+        return _internal_error(excinfo.value, "collecting the property tests")
 
     def collect(self) -> Iterator[pytest.Item]:
         from ._properties import PROPERTY_IDS
@@ -179,6 +203,11 @@ class _PropertyItem(pytest.Item):
 
                 # Remembered, so every property of this TARGET fails with the same one line.
                 sessions[self.target] = f"attnspec: {in_flags(error, _FLAGS)}"
+            except Exception as error:  # noqa: BLE001 - attnspec's own, said once per TARGET
+                if _full_trace(self.config):
+                    raise
+                sessions[self.target] = _internal_error(
+                    error, f"loading TARGET {self.target!r} in its worker")
         session = sessions[self.target]
         if isinstance(session, str):
             raise _PropertyFailed(session)
@@ -204,7 +233,13 @@ class _PropertyItem(pytest.Item):
                      style: Any = None) -> str:
         if isinstance(excinfo.value, _PropertyFailed):
             return str(excinfo.value)
-        return str(super().repr_failure(excinfo))
+        if _full_trace(self.config) or not isinstance(excinfo.value, Exception):
+            return str(super().repr_failure(excinfo))
+        if isinstance(excinfo.value, AttnspecError):
+            from ._verify_cli import in_flags
+
+            return f"attnspec: {in_flags(excinfo.value, _FLAGS)}"
+        return _internal_error(excinfo.value, f"checking {self.prop} on {self.target}")
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"{self.target}: {self.prop}"
