@@ -38,8 +38,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="the largest head size drawn (256, at most 1024)")
     group.addoption("--attnspec-max-width", type=int, default=512, metavar="C",
                     help="the widest C = H x D drawn (512, at most 16384)")
-    group.addoption("--attnspec-world-sizes", default="2,4", metavar="W,...",
-                    help="the ranks sharded properties run on (2,4); each rank is a process")
+    group.addoption("--attnspec-world-sizes", default=None, metavar="W,...",
+                    help="the ranks sharded properties run on, among the subject's WORLD_SIZES "
+                         "(default: all of them); each rank is a process")
+    group.addoption("--attnspec-timeout", type=float, default=30.0, metavar="SECONDS",
+                    help="seconds one example may take before the worker is killed (30)")
+    group.addoption("--attnspec-worker-user", default=None, metavar="USER",
+                    help="run the subject's worker and ranks as USER (pytest must run as "
+                         "root): the subject then cannot reach pytest's memory or files")
     group.addoption("--attnspec-seed", type=int, default=None, metavar="N",
                     help="the same seed draws the same examples")
 

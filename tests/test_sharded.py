@@ -208,7 +208,7 @@ def test_the_reference_sharders_and_the_doubles_pass() -> None:
 
 
 FAULTS = (("die", "crash", "rank 1 of 2 killed its process (exit code 3)"),
-          ("hang", "timeout", "rank 1 of 2 gave no answer within --timeout 2 s"),
+          ("hang", "timeout", "rank 1 of 2 gave no answer within timeout=2 s"),
           ("raise", "error", "rank 1 of 2: forward raised on input of shape (2, 4, 8)"),
           ("frame", "crash", "rank 1 of 2 sent something that is not an answer (a frame of "
                              "2147483648 bytes, over the"))

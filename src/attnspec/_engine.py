@@ -7,15 +7,18 @@ The CLI, the Python API (`verify`) and the pytest suite in conformance/ are fron
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import platform
+import re
 import shlex
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +39,7 @@ from ._options import (
 from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
 from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
-from ._subject import clip, default_dtypes
+from ._subject import check_variants, clip, default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
 
 if TYPE_CHECKING:
@@ -60,6 +63,13 @@ _CRASH_SHRINK_SECONDS = 30.0
 # A first pass over every property with this many examples: most broken subjects fail it, so a
 # verdict comes in seconds instead of after the properties before the failing one.
 _QUICK_EXAMPLES = 5
+
+FRONT_END_FLAGS: ContextVar[Mapping[str, str] | None] = ContextVar("FRONT_END_FLAGS",
+                                                                   default=None)
+"""verify()'s parameters as the front end calling it spells them (the command line sets its
+own); None: verify()'s own names, `timeout=30`."""
+# The runner's messages name an option as the command line spells it; a front end renames it.
+_NAMED_OPTION = re.compile(r"--(timeout) (\S+)")
 
 
 def _stream_seed(seed: int, prop: str, stream: str) -> int:
@@ -165,6 +175,7 @@ class _State:
     """What one property's run has seen so far, from which its `PropertyResult` is made."""
 
     examples: int = 0  # examples run (a skipped one does not count)
+    reached: int = 0  # of those, examples in which the subject ran a request (its answers say)
     forwards: int = 0  # forward calls they made, for forwards_per_example
     failures: list[tuple[Example, Outcome]] = field(default_factory=list)  # every fail or error
     last: tuple[Example, Outcome] | None = None  # the failure reported: the last Hypothesis kept
@@ -219,14 +230,45 @@ class _Declined(Exception):
     """supports(spec) declined the example drawn: Hypothesis draws another."""
 
 
+class _Counted:
+    """The executor as one example's check sees it, counting the answers in which the subject
+    ran a request: an example whose check ended without one (T = 1 in causality) proved nothing
+    about the subject."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+        self.ran = 0
+
+    def __getattr__(self, name: str) -> Any:  # info and the rest, as the executor has them
+        return getattr(self._executor, name)
+
+    def submit(self, request: dict[str, Any]) -> None:
+        self._executor.submit(request)
+
+    def collect(self) -> dict[str, Any]:
+        answer = self._executor.collect()
+        if not (isinstance(answer, Mapping) and answer.get("kind") == "unsupported"):
+            self.ran += 1
+        return answer
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.submit(request)
+        return self.collect()
+
+    def close(self) -> None:
+        self._executor.close()
+
+
 class Session:
     """One subject, loaded once (in a worker process unless `isolate=False`), checked property by
     property. Use as a context manager so the worker is stopped."""
 
     def __init__(self, target: Any, options: RunOptions | None = None, *,
-                 isolate: bool | None = None) -> None:
+                 isolate: bool | None = None, flags: Mapping[str, str] | None = None) -> None:
         options = options or RunOptions()
         self.options = options
+        # How this front end spells the options its messages name (None: verify()'s names).
+        self.flags = FRONT_END_FLAGS.get() if flags is None else flags
         cuda = torch.cuda.is_available()
         if options.device == "cuda" and not cuda:
             raise UsageError(option="device", value=options.device,
@@ -242,6 +284,7 @@ class Session:
         self.max_seq = options.max_seq
         self._crash_shrink_left = _CRASH_SHRINK_SECONDS
         self._passed: dict[str, tuple[_State, float]] = {}  # quick passes the full pass continues
+        self._declined: dict[str, int] = {}  # per property, the specs supports(spec) declined
         self._strategies: dict[tuple[str, bool], Any] = {}  # per (property, narrow), built once
         # CI services set CI: derandomized and no database, as --profile ci. A --seed still wins.
         ci, database = options.ci, options.database
@@ -282,6 +325,12 @@ class Session:
         self._gangs: dict[int, Gang] = {}
         self._rank_target = target if isinstance(target, str) else None
         self.info = self.executor.info
+        if self.info.protocol == 2:  # again here: the worker's process is the subject's
+            try:
+                check_variants(self.info.variants or {}, repr(self.target))
+            except TargetError:
+                self.close()
+                raise
         if self.info.supported is not None and not self.info.supported:
             self.close()
             raise UsageError(
@@ -341,7 +390,8 @@ class Session:
         """The world sizes sharded examples of `prop` are drawn over: the subject's and the
         run's, where one fits the run's bounds (W <= max_heads and a listed n_kv_head W divides,
         for heads; 2W or W <= max_seq, for positions)."""
-        worlds = sorted(set(self.info.world_sizes) & set(self.options.world_sizes))
+        chosen = self.options.world_sizes
+        worlds = sorted(set(self.info.world_sizes) & set(chosen or self.info.world_sizes))
         shards = None if prop is None else BY_ID[prop].shards
         if shards == "heads":
             listed = (self.info.variants or {}).get("n_kv_head")
@@ -367,7 +417,7 @@ class Session:
             "derandomize": self.derandomize, "timeout": self.timeout,
             "max_seq": self.max_seq, "max_heads": self.sizes[0],
             "max_head_dim": self.sizes[1], "max_width": self.sizes[2],
-            "world_sizes": list(self.options.world_sizes),
+            "world_sizes": list(self.options.world_sizes or self.info.world_sizes),
             "isolated": self.isolated,
             "isolation": {"subreaper": self.subreaper, "dumpable": is_dumpable(),
                           "worker_user": None if self.user is None else self.user.name},
@@ -395,6 +445,7 @@ class Session:
                 max_seq=self.max_seq, max_heads=heads, max_head_dim=dim, max_width=width,
                 variants=self.info.variants if self.info.protocol == 2 else None,
                 worlds=self._worlds(prop), layout=self.info.cp_layout)
+            _hide_own_source_from_hypothesis()  # _strategies, new here, before a draw mines it
         return data.draw(strategy, label="example")  # type: ignore[no-any-return]
 
     # ---- running -----------------------------------------------------------------------
@@ -441,8 +492,9 @@ class Session:
             return ("the TARGET is a Python object: ranks are processes of their own, which "
                     "load the subject by name (pass a path or a module name)")
         if not self._worlds():
-            return (f"the subject's WORLD_SIZES {list(self.info.world_sizes)} and this run's "
-                    f"world_sizes {list(self.options.world_sizes)} have no size in common")
+            return (f"this run's world_sizes {list(self.options.world_sizes or ())} exclude "
+                    f"every one of the subject's WORLD_SIZES {list(self.info.world_sizes)}: "
+                    "give one of those, or leave world_sizes out to use them all")
         if not self._worlds(prop):
             bound = (f"max_heads={self.sizes[0]} and the subject's n_kv_head"
                      if BY_ID[prop].shards == "heads" else
@@ -458,7 +510,8 @@ class Session:
         return None
 
     def _result(self, prop: str, state: _State, seconds: float) -> PropertyResult:
-        result = PropertyResult(id=prop, examples=state.examples, seconds=round(seconds, 3),
+        result = PropertyResult(id=prop, examples=state.examples, reached=state.reached,
+                                seconds=round(seconds, 3),
                                 notes=sorted(state.notes), drawn=state.drawn.to_json())
         if state.examples:
             result.forwards_per_example = round(state.forwards / state.examples, 2)
@@ -490,8 +543,44 @@ class Session:
         if state.skip is not None and state.examples == 0:
             result.verdict, result.message = "skip", state.skip
             return result
+        if state.reached == 0:  # nothing the subject did was judged: not a pass
+            result.verdict, result.message = "skip", self._unreached(state)
+            return result
         result.verdict = "pass"
         return result
+
+    def _in_flags(self, message: str) -> str:
+        """`message` with the options it names spelled as this run's front end spells them."""
+        def named(match: re.Match[str]) -> str:
+            flag = (self.flags or {}).get(match[1])
+            return f"{flag} {match[2]}" if flag else f"{match[1]}={match[2]}"
+
+        return _NAMED_OPTION.sub(named, message)
+
+    def nothing_checked(self, results: Sequence[PropertyResult]) -> str | None:
+        """Why a run whose properties were all skipped checked nothing (None: it checked
+        something, or something failed): such a run is the TARGET's or the options' error."""
+        skipped = [p for p in results if p.verdict == "skip"]
+        if not skipped or any(p.verdict not in ("skip", "not_run") for p in results):
+            return None
+        lead = ("every spec attnspec drew was declined by supports(spec)"
+                if all(self._declined.get(p.id) for p in skipped)
+                else "no property's examples reached the subject")
+        reasons = "; ".join(f"{p.id}: {p.message}" for p in skipped)
+        return f"TARGET {self.target!r}: nothing was checked: {lead} ({reasons})."
+
+    def _unreached(self, state: _State) -> str:
+        """Why a property whose examples never reached the subject has no verdict."""
+        declined = (f"supports(spec) declined all {state.declined} specs drawn"
+                    if state.declined else "")
+        if not state.examples:
+            return declined or ("no example could be drawn for this property within this "
+                                f"run's bounds (max_heads={self.sizes[0]}, max_head_dim="
+                                f"{self.sizes[1]}, max_width={self.sizes[2]}, max_seq="
+                                f"{self.max_seq})")
+        why = "; ".join(sorted(state.notes)) or "none asked the subject anything"
+        return (f"none of its {state.examples} examples reached the subject: each ended before "
+                f"calling it ({why})" + (f", and {declined}" if declined else ""))
 
     def replay_example(self, prop: str, data: Mapping[str, Any]) -> Example:
         """The example in a replay JSON, checked so that a typo is a UsageError, not a verdict."""
@@ -625,11 +714,13 @@ class Session:
 
     def _one(self, prop: str, ex: Example, state: _State) -> Outcome | None:
         state.examples += 1
+        counted = _Counted(self.executor)
         try:
-            outcome = run_check(self.executor, prop, ex,
+            outcome = run_check(counted, prop, ex,
                                 self._gang if BY_ID[prop].shards is not None else None)
         except SubjectCrash as bare:
-            crash = SubjectCrash(bare.kind, f"{bare} (on {ex.describe()})", ran=bare.ran)
+            crash = SubjectCrash(bare.kind, f"{self._in_flags(str(bare))} (on {ex.describe()})",
+                                 ran=bare.ran)
             crash.rank = getattr(bare, "rank", None)  # type: ignore[attr-defined]
             state.crashes += 1
             # Smaller tries after a timeout could each cost a whole --timeout; after a failed
@@ -650,6 +741,7 @@ class Session:
             state.examples -= 1
             return None
         state.drawn.add(prop, ex)
+        state.reached += counted.ran > 0
         if outcome.failed:
             state.failures.append((ex, outcome))
             if outcome.measured is not None and (
@@ -695,6 +787,7 @@ class Session:
             return done
 
         def test(data: Any) -> None:
+            _hide_own_source_from_hypothesis()  # modules the last example's check imported
             ex = self._draw(data, prop, narrow=stream == "quick")
             if state.first_failure_at is not None:
                 seconds = _SHRINK_SECONDS if state.crash is None else min(
@@ -756,8 +849,7 @@ class Session:
         except (FlakyFailure, FlakyStrategyDefinition) as error:
             state.notes.add(f"flaky: {type(error).__name__}")
         except Unsatisfiable:
-            state.skip = (f"the subject's supports(spec) declined all {state.declined} specs "
-                          "drawn for this property")
+            state.skip = self._unreached(state)
         except KeyboardInterrupt as interrupt:  # keep what this property found so far
             partial = self._result(prop, state, time.perf_counter() - start)
             if partial.verdict == "pass":
@@ -775,6 +867,7 @@ class Session:
                                 "for shrinking crashes were spent on earlier properties")
             self._crash_shrink_left -= time.perf_counter() - state.first_failure_at
         result = self._result(prop, state, time.perf_counter() - start)
+        self._declined[prop] = state.declined
         if stream == "quick" and result.verdict == "pass":
             self._passed[prop] = (state, time.perf_counter() - start)
         if progress is not None:
@@ -793,10 +886,21 @@ def _installed(distribution: str) -> str:
         return "not installed"
 
 
+# Never the user's code: attnspec's own modules and its pytest entry point, and torch, whose
+# torch.ops and torch.classes give a relative __file__ that Hypothesis takes for a local file.
+_NOT_THE_USERS = frozenset({"attnspec", "attnspec_pytest", "torch"})
+_modules_hidden = 0  # len(sys.modules) when they were last hidden: a cheap "nothing new"
+
+
 def _hide_own_source_from_hypothesis() -> None:
-    """Hypothesis mines each module outside site-packages for constants to try in its draws.
-    From a source checkout (pip install -e) that is attnspec's own 500, parsed anew on every run
-    without a database (0.3 s), none of them about the subject; installed, there are none."""
+    """Hypothesis mines each module outside site-packages for constants to try in its draws,
+    and caches them in .hypothesis/constants of the working directory. From a source checkout
+    (pip install -e) that is attnspec's own 500, parsed anew on every run without a database
+    (0.3 s), none of them about the subject; installed, there are none. Called before each
+    example too, since attnspec imports some modules (its strategies) only once it draws."""
+    global _modules_hidden
+    if len(sys.modules) == _modules_hidden:
+        return
     try:
         from hypothesis.internal.conjecture import providers
 
@@ -804,8 +908,9 @@ def _hide_own_source_from_hypothesis() -> None:
     except (ImportError, AttributeError):  # another Hypothesis: at worst the 0.3 s again
         return
     for name, module in list(sys.modules.items()):
-        if name.partition(".")[0] == "attnspec":
+        if name.partition(".")[0] in _NOT_THE_USERS:
             seen.add(id(module))
+    _modules_hidden = len(sys.modules)
 
 
 @contextlib.contextmanager
@@ -836,7 +941,7 @@ def verify(
     replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
     on_start: Callable[[Report], None] | None = None, max_seq: int = 64,
     max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
-    world_sizes: Sequence[int] = (2, 4), worker_user: str | None = None,
+    world_sizes: Sequence[int] | None = None, worker_user: str | None = None,
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
 
@@ -860,8 +965,8 @@ def verify(
       and 512). Three examples in four are narrow (H <= 8, D <= 16); the others range over all
       of it, favouring the head sizes kernels specialise on (32, 64, 80, 96, 128, 256 and their
       neighbours), with B = 1 and T up to max(9, max_seq // 8).
-    - `world_sizes`: the ranks tp_equivalence and cp_equivalence shard over (2 and 4), where
-      the subject's WORLD_SIZES allow them; each rank is a process.
+    - `world_sizes`: the ranks tp_equivalence and cp_equivalence shard over (None: every one
+      of the subject's WORLD_SIZES, 2 and 4 by default); each rank is a process.
     - `worker_user`: run the worker and the ranks as this user (a name or uid; the runner must
       be root): the subject then cannot reach the runner's memory, files or signals.
     - `report`: a path for the JSON report, written atomically after every property, and a
@@ -880,7 +985,8 @@ def verify(
                          profile=profile, max_examples=max_examples, seed=seed,
                          timeout=timeout, max_seq=max_seq, max_heads=max_heads,
                          max_head_dim=max_head_dim, max_width=max_width, database=database,
-                         world_sizes=tuple(world_sizes), worker_user=worker_user)
+                         world_sizes=None if world_sizes is None else tuple(world_sizes),
+                         worker_user=worker_user)
     if replay is not None and len(props) != 1:
         raise UsageError(option="only", value=",".join(props),
                          reason="a replay runs one example of one property: give exactly one.")
@@ -888,7 +994,8 @@ def verify(
         check_report_path(report)
     show = progress_printer(sys.stderr) if progress is True else (progress or None)
     result = Report(target=_target_name(target), header={},
-                    properties=[PropertyResult(id=p) for p in props])
+                    properties=[PropertyResult(id=p) for p in props], running=True)
+    _save(result, report)  # now: a run killed before its first verdict leaves one that says so
     try:
         session = Session(target, options, isolate=isolate)
     except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
@@ -896,7 +1003,7 @@ def verify(
         _save(result, report)
         raise
     except TargetError as error:  # the report says why nothing ran
-        result.error, result.partial = str(error), False
+        result.error, result.partial, result.running = str(error), False, False
         _save(result, report)
         raise
     with session:
@@ -905,12 +1012,16 @@ def verify(
             session.replay_example(props[0], replay)
         if on_start is not None:
             on_start(result)
+        _save(result, report)
+        quick_passed: dict[int, PropertyResult] = {}  # what stands if the full pass never runs
         try:
             quick = replay is None and session.max_examples > 2 * _QUICK_EXAMPLES
             current = 0
             for i, prop in enumerate(props if quick else ()):
                 current = i
                 found = session.run(prop, None, max_examples=_QUICK_EXAMPLES, stream="quick")
+                if found.verdict == "pass":
+                    quick_passed[i] = found
                 if not found.ok:  # final: the full pass would only find it again
                     result.properties[i] = found
                     if show is not None:
@@ -930,16 +1041,30 @@ def verify(
                     result.properties[i] = session.run(prop, show)
                 _save(result, report)
             result.partial = any(p.verdict == "not_run" for p in result.properties)
+            result.error = session.nothing_checked(result.properties)
+            result.running = False
         except KeyboardInterrupt as interrupt:
             partial = getattr(interrupt, "partial_result", None)
             if isinstance(partial, PropertyResult):
                 result.properties[current] = partial
             result.interrupted = True
             raise
-        finally:
+        finally:  # an internal error leaves status running: the run did not finish
             session.close()  # first: nothing the subject started is left to rewrite the report
+            for i, passed in quick_passed.items():
+                if result.properties[i].verdict == "not_run":
+                    result.properties[i] = _quick_pass_only(passed, result.interrupted)
             _save(result, report)
     return result
+
+
+def _quick_pass_only(passed: PropertyResult, interrupted: bool) -> PropertyResult:
+    """A property whose full pass never ran: what its quick pass found, and no verdict."""
+    why = "Ctrl-C came" if interrupted else "the run stopped at the first failure"
+    return dataclasses.replace(
+        passed, verdict="interrupted" if interrupted else "not_run",
+        message=f"{why} before its full pass; its quick pass of {passed.examples} narrow "
+                "examples passed")
 
 
 def _target_name(target: Any) -> str:

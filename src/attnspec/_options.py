@@ -53,8 +53,8 @@ class RunOptions:
     the q and o width H·D with a head_dim of its own), `database` (False,
     True for `.hypothesis/attnspec`, or a directory) and `derandomize` (None: where the `CI`
     environment variable is set, unless a seed is given), `world_sizes` (the ranks sharded
-    examples run on, where the subject's WORLD_SIZES allow them), `worker_user` (None, or
-    the account a root runner starts the worker and the ranks under).
+    examples run on, where the subject's WORLD_SIZES allow them; None: all of its WORLD_SIZES),
+    `worker_user` (None, or the account a root runner starts the worker and the ranks under).
     """
 
     device: str = "all"
@@ -69,7 +69,7 @@ class RunOptions:
     max_width: int = MAX_WIDTH
     database: bool | str = True
     derandomize: bool | None = None
-    world_sizes: tuple[int, ...] = (2, 4)
+    world_sizes: tuple[int, ...] | None = None  # None: the subject's own WORLD_SIZES
     worker_user: str | None = None
 
     def __post_init__(self) -> None:
@@ -97,18 +97,8 @@ class RunOptions:
             if not _whole(value) or not 1 <= value <= limit:
                 raise UsageError(option=name, value=value,
                                  reason=f"must be between 1 and {limit} ({what}).")
-        given: Any = self.world_sizes
-        try:  # a bare number is one size
-            worlds: tuple[Any, ...] = (given,) if _whole(given) else tuple(given)
-        except TypeError:
-            worlds = (given,)
-        bad = [w for w in worlds if not (_whole(w) and 2 <= w <= MAX_WORLD)]
-        if not worlds or bad:
-            which = f"{bad[0]!r} is not" if bad else "no size given; they must be"
-            raise UsageError(option="world_sizes", value=self.world_sizes,
-                             reason=f"{which} a whole number of ranks in 2..{MAX_WORLD} (each "
-                                    "rank of a sharded example is a process of its own).")
-        object.__setattr__(self, "world_sizes", tuple(sorted(set(worlds))))
+        if self.world_sizes is not None:  # None: the subject's WORLD_SIZES, not narrowed
+            self._check_world_sizes()
         if self.seed is not None and not _whole(self.seed):
             raise UsageError(option="seed", value=self.seed, reason="must be a whole number.")
         if self.device not in DEVICES:
@@ -129,6 +119,20 @@ class RunOptions:
             except ValueError as error:
                 raise UsageError(option="worker_user", value=self.worker_user,
                                  reason=str(error)) from None
+
+    def _check_world_sizes(self) -> None:
+        given: Any = self.world_sizes
+        try:  # a bare number is one size
+            worlds: tuple[Any, ...] = (given,) if _whole(given) else tuple(given)
+        except TypeError:
+            worlds = (given,)
+        bad = [w for w in worlds if not (_whole(w) and 2 <= w <= MAX_WORLD)]
+        if not worlds or bad:
+            which = f"{bad[0]!r} is not" if bad else "no size given; they must be"
+            raise UsageError(option="world_sizes", value=self.world_sizes,
+                             reason=f"{which} a whole number of ranks in 2..{MAX_WORLD} (each "
+                                    "rank of a sharded example is a process of its own).")
+        object.__setattr__(self, "world_sizes", tuple(sorted(set(worlds))))
 
     @property
     def sizes(self) -> tuple[int, int, int]:

@@ -34,6 +34,8 @@ class PropertyResult:
     id: str
     verdict: str = "not_run"
     examples: int = 0
+    # Of the examples, those in which the subject ran a request (T = 1 ends causality before).
+    reached: int = 0
     seconds: float = 0.0
     message: str = ""
     counterexample: dict[str, Any] | None = None
@@ -69,6 +71,9 @@ class Report:
     properties: list[PropertyResult] = field(default_factory=list)
     partial: bool = True
     interrupted: bool = False
+    # Written at the start and after each property while the run goes on; left True by a run
+    # that was killed or broke before it finished (status "running").
+    running: bool = False
     # Why the TARGET could not be checked at all (it did not load); status "error".
     error: str | None = None
     # Why the JSON report could not be written, if it could not (not part of the JSON).
@@ -78,7 +83,8 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.partial and all(p.ok for p in self.properties)
+        return (self.error is None and not self.partial and not self.running
+                and all(p.ok for p in self.properties))
 
     @property
     def failures(self) -> list[PropertyResult]:
@@ -93,7 +99,8 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         status = ("error" if self.error is not None else "interrupted" if self.interrupted
-                  else "partial" if self.partial else "pass" if self.ok else "fail")
+                  else "running" if self.running else "partial" if self.partial
+                  else "pass" if self.ok else "fail")
         extra = {"error": self.error} if self.error is not None else {}
         data: dict[str, Any] = _finite({
             "schema": SCHEMA, "target": self.target, "status": status, "partial": self.partial,
@@ -159,6 +166,8 @@ class Report:
                 lines.append(f"  largest violation seen: {big['measured']:.3g} (allowed "
                              f"{big['allowed']:.3g}) at {shown}")
                 lines.append(f"  replay: {big['replay']}")
+        if self.error is not None:
+            lines += ["", f"error: {self.error}"]
         # Messages quote the subject's own exceptions: its escape codes must not drive the tty.
         return "\n".join(printable(line.rstrip()) for line in lines)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import os
 import sys
 import traceback
@@ -21,9 +22,10 @@ from typing import Any
 import torch
 
 from ._errors import ConfigError, TargetError
-from ._options import MAX_WORLD
+from ._options import HEAD_DIM_LIMIT, HEADS_LIMIT, MAX_WORLD
 
-__all__ = ["Subject", "clip", "default_dtypes", "fault_text", "load_subject", "split_target"]
+__all__ = ["Subject", "check_variants", "clip", "default_dtypes", "fault_text", "load_subject",
+           "split_target"]
 
 DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64,
                "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -185,9 +187,80 @@ def protocol_of(obj: Any, target: str) -> tuple[int, dict[str, Any] | None]:
     from ._spec import parse_variants
 
     try:
-        return 2, parse_variants(getattr(obj, "VARIANTS", {}))
+        variants = parse_variants(getattr(obj, "VARIANTS", {}))
     except ConfigError as error:
         raise TargetError(f"TARGET {target}: {error}") from None
+    check_variants(variants, target)
+    return 2, variants
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+# Why a listed VARIANTS value can make no valid AttentionSpec, per field (None: it can).
+_VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "n_kv_head": (lambda v: v is None or (_whole(v) and 1 <= v <= HEADS_LIMIT),
+                  f"a whole number of key/value heads in 1..{HEADS_LIMIT} (it must divide "
+                  "n_head), or None"),
+    "head_dim": (lambda v: v is None or (_whole(v) and 1 <= v <= HEAD_DIM_LIMIT),
+                 f"a whole number of channels per head in 1..{HEAD_DIM_LIMIT}, or None"),
+    "window": (lambda v: v is None or _whole(v) and v >= 1,
+               "a whole number of keys >= 1 (query i sees key j iff i - window < j <= i), "
+               "or None"),
+    "scale": (lambda v: v is None or _positive(v), "a finite number > 0, or None"),
+    "softcap": (lambda v: v is None or _positive(v), "a finite number > 0, or None"),
+    "bias": (lambda v: isinstance(v, bool), "True or False"),
+}
+
+
+def _rotates_some_head(fraction: float) -> bool:
+    """Whether RoPE's `fraction` turns an even number >= 2 of channels of some drawable D."""
+    rotated = (int(D * fraction) for D in range(1, HEAD_DIM_LIMIT + 1))
+    return any(r >= 2 and r % 2 == 0 for r in rotated)
+
+
+def check_variants(variants: Mapping[str, Any], target: str) -> None:
+    """Raise TargetError, naming the field, the value and why, for a listed VARIANTS value (in
+    `parse_variants`' JSON form) that no AttentionSpec attnspec can draw could take: every
+    example with it would be refused, and the property skipped unchecked."""
+    from ._spec import RoPE, positions_from_json
+
+    def bad(name: str, value: Any, why: str) -> TargetError:
+        if isinstance(value, dict) and value.get("kind") == "rope":  # as the subject wrote it
+            value = "RoPE(" + ", ".join(f"{k}={v!r}" for k, v in value.items() if k != "kind") + ")"
+        shown = value if isinstance(value, str) and value.startswith("RoPE(") else repr(value)
+        return TargetError(f"TARGET {target}: VARIANTS[{name!r}] lists {clip(shown, 200)}, "
+                           f"which no attention spec can have: {why}.")
+
+    if not isinstance(variants, Mapping):  # a forged ready message, not parse_variants' form
+        raise TargetError(f"TARGET {target}: VARIANTS arrived as {type(variants).__name__}, not "
+                          "a dict of spec field -> 'any' or a list of values.")
+    for name, values in variants.items():
+        if values == "any":
+            continue
+        if not isinstance(values, list):  # a forged ready message, not parse_variants' form
+            raise bad(name, values, "give 'any' or a list of values")
+        for value in values:
+            if name == "positions":
+                try:
+                    positions = positions_from_json(value)
+                except (ConfigError, TypeError) as error:
+                    raise bad(name, value, str(error).rstrip(".")) from None
+                if isinstance(positions, RoPE) and not _rotates_some_head(positions.fraction):
+                    raise bad(name, value, f"RoPE rotates int(head_dim * fraction) "
+                                               f"channels, an even number >= 2, and fraction="
+                                               f"{positions.fraction!r} gives none for any "
+                                               f"head_dim up to {HEAD_DIM_LIMIT}")
+                continue
+            rule = _VALUE_RULES.get(name)
+            if rule is not None and not rule[0](value):
+                raise bad(name, value, f"{name} must be {rule[1]}")
 
 
 def _hooks(obj: Any, target: str, protocol: int,

@@ -216,8 +216,11 @@ def in_flags(error: BaseException, flags: dict[str, str]) -> str:
     return f"{flags[option]} {shown}: {getattr(error, 'reason', '')}"
 
 
-def _world_sizes(text: str) -> tuple[Any, ...]:
-    """--world-sizes 2,4 as whole numbers where they are; RunOptions says what is wrong."""
+def _world_sizes(text: str | None) -> tuple[Any, ...] | None:
+    """--world-sizes 2,4 as whole numbers where they are (None: not given, the subject's own);
+    RunOptions says what is wrong."""
+    if text is None:
+        return None
     return tuple(int(w) if w.strip().isdigit() else w.strip() for w in text.split(","))
 
 
@@ -257,9 +260,10 @@ def add_verify_parser(sub: Any) -> None:
                         help=f"the widest C = H x D drawn ({MAX_WIDTH}, at most {WIDTH_LIMIT}); "
                              "3 examples in 4 are narrow (H <= 8, D <= 16), the others have "
                              "B = 1 and T up to max(9, max_seq / 8)")
-    verify.add_argument("--world-sizes", default="2,4", metavar="W,...",
-                        help="the ranks tp_equivalence and cp_equivalence shard over (2,4), "
-                             "where the subject's WORLD_SIZES allow; each rank is a process")
+    verify.add_argument("--world-sizes", default=None, metavar="W,...",
+                        help="the ranks tp_equivalence and cp_equivalence shard over, among the "
+                             "subject's WORLD_SIZES (default: all of them, (2, 4) unless it "
+                             "says); each rank is a process")
     verify.add_argument("--worker-user", metavar="USER",
                         help="run the subject's worker and ranks as USER (the runner must be "
                              "root): the subject then cannot reach the runner's memory, files "
@@ -319,7 +323,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
     become_subreaper()
     if args.worker_user is None:  # a worker for another user starts with the session
         prestart()  # the worker imports torch while this process does (two cores, half the wait)
-    from ._engine import verify
+    from ._engine import FRONT_END_FLAGS, verify
     from ._report import progress_printer
 
     dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]
@@ -343,6 +347,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
         started.append(report)  # the same object fills in as properties finish
         print(printable(_header(report.header, args.target)), file=out, flush=True)
 
+    named = FRONT_END_FLAGS.set(FLAGS)  # the runner's messages say --timeout, not timeout=
     try:
         report = verify(
             args.target, only=args.only, skip=args.skip, device=args.device,
@@ -376,6 +381,8 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
         how = f" by {name}" if name else ""
         print(f"\nattnspec verify: interrupted{how}{kept}.", file=err)
         return 128 + stop.signum if stop.signum else EXIT_INTERRUPTED
+    finally:
+        FRONT_END_FLAGS.reset(named)
     if plain:
         _write_report(report, args.report)
     # The verdicts decide the exit status, whatever became of stdout (`| head` closes it).
@@ -388,4 +395,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
         # Printed where only attnspec writes: a report changed after the run no longer matches.
         digest = None if plain else report.digest
         print(f"\nreport: {args.report}" + (f" (sha256 {digest})" if digest else ""), file=out)
+    if report.error is not None:  # it ran, and checked nothing: the TARGET's or the options'
+        print(f"attnspec verify: {printable(report.error)}", file=err)
+        return EXIT_USAGE
     return EXIT_OK if report.ok else EXIT_FAILED

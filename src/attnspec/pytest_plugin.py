@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ._errors import AttnspecError
 from ._options import RunOptions
 
 if TYPE_CHECKING:
@@ -31,7 +33,8 @@ _FLAGS = {"max_examples": "--attnspec-max-examples", "max_seq": "--attnspec-max-
           "device": "--attnspec-device", "profile": "--attnspec-profile",
           "seed": "--attnspec-seed", "max_heads": "--attnspec-max-heads",
           "max_head_dim": "--attnspec-max-head-dim", "max_width": "--attnspec-max-width",
-          "world_sizes": "--attnspec-world-sizes"}
+          "world_sizes": "--attnspec-world-sizes", "timeout": "--attnspec-timeout",
+          "worker_user": "--attnspec-worker-user"}
 
 
 def subject_targets(config: pytest.Config) -> list[str]:
@@ -64,12 +67,15 @@ def pytest_configure(config: pytest.Config) -> None:
             max_heads=config.getoption("--attnspec-max-heads"),
             max_head_dim=config.getoption("--attnspec-max-head-dim"),
             max_width=config.getoption("--attnspec-max-width"),
-            world_sizes=_world_sizes(config.getoption("--attnspec-world-sizes")))
+            timeout=config.getoption("--attnspec-timeout"),
+            world_sizes=_world_sizes(config.getoption("--attnspec-world-sizes")),
+            worker_user=config.getoption("--attnspec-worker-user"))
     except UsageError as error:
         from ._verify_cli import in_flags
 
         raise pytest.UsageError(in_flags(error, _FLAGS)) from None
     config.stash[_SESSIONS] = {}
+    _VERDICTS.clear()
     # The suite is this file's items: collected beside the paths given, or alone.
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         config.args.append(str(_HERE))
@@ -94,6 +100,44 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             f"device: {options.device}"]
 
 
+# Each property item's verdict, by TARGET, as the process that reports the run sees them (the
+# xdist controller too: user_properties travel with the reports).
+_VERDICTS: dict[str, list[dict[str, Any]]] = {}
+_VERDICT_KEY = "attnspec_verdict"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call":
+        return
+    for key, value in report.user_properties:
+        if key == _VERDICT_KEY and isinstance(value, dict):
+            _VERDICTS.setdefault(str(value.get("target")), []).append(value)
+
+
+def _unchecked() -> list[str]:
+    """One line per TARGET whose properties all ran and none reached the subject."""
+    lines = []
+    for target, verdicts in _VERDICTS.items():
+        if verdicts and all(v.get("verdict") == "skip" for v in verdicts):
+            reasons = "; ".join(f"{v.get('property')}: {v.get('message')}" for v in verdicts)
+            lines.append(f"attnspec: TARGET {target!r}: nothing was checked: no property's "
+                         f"examples reached the subject ({reasons}).")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in _unchecked():
+        terminalreporter.write_line(line, red=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
+        return
+    # A run that checked nothing is not a pass: the TARGET's or the options' error.
+    if _unchecked() and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     for session in config.stash.get(_SESSIONS, {}).values():
         if not isinstance(session, str):
@@ -104,8 +148,30 @@ def _short(target: str) -> str:
     return target.removeprefix("attnspec.subjects.")
 
 
+def _internal_error(error: BaseException, doing: str) -> str:
+    """A bug in attnspec (or its environment) in a few lines, not as a pytest traceback."""
+    from ._subject import fault_text
+
+    frames = traceback.extract_tb(error.__traceback__)
+    where = (f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in "
+             f"{frames[-1].name})" if frames else "")
+    return (f"attnspec: internal error while {doing}: {fault_text(error)}{where}.\n"
+            "This is attnspec's failure, or its environment's, not a verdict on the subject; "
+            "pytest --full-trace shows the traceback.")
+
+
+def _full_trace(config: pytest.Config) -> bool:
+    return bool(config.getoption("fulltrace", False))
+
+
 class _Suite(pytest.File):
     """Every (subject, property) pair of this run, as test items."""
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if _full_trace(self.config):
+            return str(super().repr_failure(excinfo))
+        return _internal_error(excinfo.value, "collecting the property tests")
 
     def collect(self) -> Iterator[pytest.Item]:
         from ._properties import PROPERTY_IDS
@@ -132,12 +198,18 @@ class _PropertyItem(pytest.Item):
         sessions = self.config.stash[_SESSIONS]
         if self.target not in sessions:
             try:
-                sessions[self.target] = Session(self.target, self.config.stash[_OPTIONS])
+                sessions[self.target] = Session(self.target, self.config.stash[_OPTIONS],
+                                                flags=_FLAGS)
             except (TargetError, UsageError) as error:
                 from ._verify_cli import in_flags
 
                 # Remembered, so every property of this TARGET fails with the same one line.
                 sessions[self.target] = f"attnspec: {in_flags(error, _FLAGS)}"
+            except Exception as error:  # noqa: BLE001 - attnspec's own, said once per TARGET
+                if _full_trace(self.config):
+                    raise
+                sessions[self.target] = _internal_error(
+                    error, f"loading TARGET {self.target!r} in its worker")
         session = sessions[self.target]
         if isinstance(session, str):
             raise _PropertyFailed(session)
@@ -145,6 +217,9 @@ class _PropertyItem(pytest.Item):
 
     def runtest(self) -> None:
         result = self._session().run(self.prop)
+        self.user_properties.append((_VERDICT_KEY, {
+            "target": self.target, "property": self.prop, "verdict": result.verdict,
+            "message": result.message}))
         if result.verdict == "skip":
             pytest.skip(f"{self.prop}: {result.message}")
         if not result.ok:
@@ -160,7 +235,13 @@ class _PropertyItem(pytest.Item):
                      style: Any = None) -> str:
         if isinstance(excinfo.value, _PropertyFailed):
             return str(excinfo.value)
-        return str(super().repr_failure(excinfo))
+        if _full_trace(self.config) or not isinstance(excinfo.value, Exception):
+            return str(super().repr_failure(excinfo))
+        if isinstance(excinfo.value, AttnspecError):
+            from ._verify_cli import in_flags
+
+            return f"attnspec: {in_flags(excinfo.value, _FLAGS)}"
+        return _internal_error(excinfo.value, f"checking {self.prop} on {self.target}")
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"{self.target}: {self.prop}"
