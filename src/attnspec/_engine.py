@@ -14,6 +14,7 @@ import platform
 import shlex
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from ._options import (
     PROFILES,
     RunOptions,
 )
-from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
+from ._properties import BY_ID, PROPERTY_IDS, TWINNED, Example, Outcome, run_check
 from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
 from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
 from ._subject import clip, default_dtypes
@@ -262,6 +263,12 @@ class Session:
         # for the run (a start costs seconds), always processes (they load TARGET by name).
         self._gangs: dict[int, Gang] = {}
         self._rank_target = target if isinstance(target, str) else None
+        # A second worker for the self-comparisons (`Context.submit_apart`), so that no process
+        # sees both sides of one: loaded in a thread from `expect`, used once it is ready.
+        self._twin: Worker | None = None
+        self._twin_loading: threading.Thread | None = None
+        self._twin_error: str | None = None
+        self._twin_wait = True  # False in verify's quick pass, which need not wait for it
         self.info = self.executor.info
         if self.info.supported is not None and not self.info.supported:
             self.close()
@@ -302,7 +309,43 @@ class Session:
         gangs, self._gangs = list(self._gangs.values()), {}
         for gang in gangs:
             gang.close()
+        if self._twin_loading is not None:
+            self._twin_loading.join()
+        twin, self._twin = self._twin, None
+        if twin is not None:
+            twin.close()
         self.executor.close()
+
+    def expect(self, props: Iterable[str]) -> None:
+        """Start loading the twin worker now, beside the first properties (a start is about
+        1.7 s of CPU), if one of `props` compares calls made in two processes."""
+        if self.isolated and self._twin_loading is None and any(p in TWINNED for p in props):
+            self._twin_loading = threading.Thread(target=self._load_twin, daemon=True,
+                                                  name="attnspec-twin")
+            self._twin_loading.start()
+
+    def _load_twin(self) -> None:
+        assert self._rank_target is not None
+        try:
+            self._twin = Worker(self._rank_target, timeout=self.timeout, sizes=self.sizes)
+        except TargetError as error:  # it loaded once already: the subject's doing
+            self._twin_error = (f"the second worker, which runs one side of each "
+                                f"self-comparison, could not be started: {error}")
+
+    def _twin_worker(self) -> Executor | None:
+        """The twin worker; in verify's quick pass None while it is still loading (the quick
+        pass then compares in one process, as in process: a failure there is one all the same,
+        and the full pass, which waits for the twin, catches what one process hides)."""
+        if self._twin_loading is None:
+            self.expect(TWINNED)
+        assert self._twin_loading is not None
+        if self._twin_loading.is_alive() and not self._twin_wait:
+            return None
+        self._twin_loading.join()
+        if self._twin is None:
+            raise SubjectCrash("crash", self._twin_error or "the second worker did not start",
+                               ran=False)
+        return self._twin
 
     def _gang(self, world: int) -> Gang:
         """The ranks for a sharded example over `world` processes, started once per run."""
@@ -584,6 +627,7 @@ class Session:
 
     def replay(self, prop: str, example: Example | dict[str, Any]) -> PropertyResult:
         """Run exactly one example of one property (what a failure's replay command does)."""
+        self._twin_wait = True
         with self._judging():
             return self._replay(prop, example)
 
@@ -603,7 +647,8 @@ class Session:
         state.examples += 1
         try:
             outcome = run_check(self.executor, prop, ex,
-                                self._gang if BY_ID[prop].shards is not None else None)
+                                self._gang if BY_ID[prop].shards is not None else None,
+                                self._twin_worker if self.isolated else None)
         except SubjectCrash as bare:
             crash = SubjectCrash(bare.kind, f"{bare} (on {ex.describe()})", ran=bare.ran)
             crash.rank = getattr(bare, "rank", None)  # type: ignore[attr-defined]
@@ -642,6 +687,7 @@ class Session:
         seeded run draws its own examples. A full pass after a quick pass that passed continues
         it: the examples it ran count towards the property's total, and are not run again.
         """
+        self._twin_wait = stream != "quick"  # the full pass always compares in two processes
         with self._judging():
             return self._run(prop, progress, max_examples, stream)
 
@@ -873,6 +919,7 @@ def verify(
         _save(result, report)
         raise
     with session:
+        session.expect(props)
         result.header = session.header()
         example = replay if isinstance(replay, Example) or replay is None else \
             session.replay_example(props[0], replay)
