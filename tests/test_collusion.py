@@ -111,3 +111,18 @@ def test_a_memoising_subject_fails_where_it_passed_in_one_worker() -> None:
     assert report.result("causality").verdict == "fail", report.summary()
     assert "a future token leaks into the past" in report.result("causality").message
     assert report.result("batch_independence").verdict == "fail", report.summary()
+
+
+@pytest.mark.slow
+def test_ranks_that_collude_with_the_unsharded_run_fail_against_the_exported_weights(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATTNSPEC_TEST_COLLUDE", str(tmp_path))
+    report = attnspec.verify(str(FAULTY / "colludes.py"), only="oracle,tp_equivalence",
+                             max_examples=2, seed=1, dtypes=["float32"], world_sizes=(2,),
+                             database=False)
+    assert report.result("oracle").verdict == "pass", report.summary()  # no rank alive yet
+    result = report.result("tp_equivalence")
+    assert result.verdict == "fail", report.summary()
+    assert "differs from the reference on the subject's exported weights" in result.message
+    assert "though it matches the unsharded module's run made beside the ranks" in \
+        result.message

@@ -1277,14 +1277,16 @@ def _rank_fault(answers: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def _sharded_yardsticks(ex: Example, x: Tensor, cotangent: Tensor, kind: str, layout: str,
-                        ) -> tuple[float, float, float]:
+                        weights: Mapping[str, Tensor] | None = None,
+                        ) -> tuple[float, float, float, tuple[Tensor, Tensor]]:
     """How far a correctly sharded computation in the example's dtype lands from float64, for
     the output, the input gradient and the weight gradients: the larger of the reference's and
-    the simulated sharded reference's errors, on attnspec's own weights."""
+    the simulated sharded reference's errors, on `weights` (attnspec's own by default); and the
+    float64 reference's output and input gradient there."""
     from ._sharding import cp_reference, tp_reference
 
     spec = ex.attention
-    weights = _reference_weights(ex)
+    weights = _reference_weights(ex) if weights is None else _cast(weights, torch.float64, "cpu")
     dtype = x.dtype
 
     def run(fn: Callable[..., Tensor], dt: torch.dtype) -> tuple[Tensor, Tensor, list[Tensor]]:
@@ -1309,7 +1311,7 @@ def _sharded_yardsticks(ex: Example, x: Tensor, cotangent: Tensor, kind: str, la
         grad_yard = max(grad_yard, tol.max_abs_diff(gx, gold[1])[0])
         weight_yard = max([weight_yard, *(tol.max_abs_diff(a, b)[0]
                                           for a, b in zip(gw, gold[2], strict=True))])
-    return out_yard, grad_yard, weight_yard
+    return out_yard, grad_yard, weight_yard, (gold[0], gold[1])
 
 
 def _close(what: str, got: Tensor, want: Tensor, own: float, yard: float, ex: Example,
@@ -1340,10 +1342,18 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
     gang.submit([{"build": build, "steps": [{"op": "sharded_grad", "x": x[:, idx],
                                               "cotangent": cotangent[:, idx]}]}
                  for idx in held])
-    ctx.submit(ex, [{"op": "grad", "x": x, "cotangent": cotangent, "params": True}])
+    # With exports, the golden on the exported weights too: the unsharded run made beside the
+    # ranks is the subject's, and its process can see the ranks and copy their error.
+    export = bool(getattr(getattr(ctx.executor, "info", None), "has_export", False))
+    ctx.submit(ex, [*([{"op": "export"}] if export else []),
+                    {"op": "grad", "x": x, "cotangent": cotangent, "params": True}])
     claimed = getattr(getattr(ctx.executor, "info", None), "dtypes", None)
+    golden: tuple[float, float, float, tuple[Tensor, Tensor]] | None = None
     try:
-        (mine,) = ctx.collect()
+        *exported, mine = ctx.collect()
+        if exported:
+            golden = _sharded_yardsticks(ex, x, cotangent, kind, layout,
+                                         _checked_weights(exported[0], ex))
         own64 = None  # the subject's own float64 run: how far this dtype's rounding takes it
         if ex.dtype != "float64" and (claimed is None or "float64" in claimed):
             (own64,) = ctx.request(dataclasses.replace(ex, dtype="float64"), [
@@ -1426,6 +1436,26 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
             found = _close(what, got, mine[key], own, yard, ex)
             if found is not None:
                 return failure(what.capitalize() if key == "out" else what, r, found)
+    if golden is not None:
+        for key, what, yard, want in (("out", "the output", golden[0], golden[3][0]),
+                                      ("grad_x", "d(output)/d(input)", golden[1], golden[3][1])):
+            for r, got in assembled(key):
+                err, index = tol.max_abs_diff(got, want)
+                allowed = tol.allowed(yard, ex.dtype, float(want.abs().max()))
+                if err > allowed:
+                    beside = tol.max_abs_diff(mine[key], want)[0]
+                    wrong = failure(what.capitalize() if key == "out" else what, r,
+                                    (err, allowed, index))
+                    wrong.message = (
+                        wrong.message.split(" differs from ")[0] + " differs from the reference "
+                        f"on the subject's exported weights by {err:.3g}, allowed {allowed:.3g} "
+                        f"({tol.K:g} x the reference's and the simulated sharded reference's "
+                        f"own error in {ex.dtype} + floor){_at(index)}, though it matches the "
+                        "unsharded module's run made beside the ranks"
+                        + (f" (itself {beside:.3g} off)" if beside > allowed else "")
+                        + ": a sharded result must be attention's, whatever the unsharded "
+                        "module gives while the ranks run.")
+                    return wrong
     notes: list[str] = []
     for name, want in mine["params"].items():
         if want is None:
