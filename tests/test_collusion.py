@@ -126,3 +126,16 @@ def test_ranks_that_collude_with_the_unsharded_run_fail_against_the_exported_wei
     assert "differs from the reference on the subject's exported weights" in result.message
     assert "though it matches the unsharded module's run made beside the ranks" in \
         result.message
+
+
+def test_a_hook_that_replays_forward_fools_one_process_but_not_two() -> None:
+    from attnspec import AttentionSpec, RoPE
+
+    spec = AttentionSpec(8, 2, positions=RoPE())
+    ex = Example(B=1, T=5, C=8, H=2, seed=2, spec=spec)
+    one = InProcess(memoises.HookMemoiser())
+    assert run_check(one, "relative_position", ex).kind == "pass"
+    theirs = InProcess(memoises.HookMemoiser())
+    outcome = run_check(InProcess(memoises.HookMemoiser()), "relative_position", ex,
+                        twin=lambda: theirs)
+    assert outcome.kind == "fail" and "must change nothing" in outcome.message, outcome

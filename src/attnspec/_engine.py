@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import sys
 import tempfile
 import threading
@@ -264,9 +265,10 @@ class Session:
         self._gangs: dict[int, Gang] = {}
         self._rank_target = target if isinstance(target, str) else None
         # A second worker for the self-comparisons (`Context.submit_apart`), so that no process
-        # sees both sides of one: loaded in a thread from `expect`, used once it is ready.
+        # sees both sides of one: loaded in a thread from the first property that needs it.
         self._twin: Worker | None = None
         self._twin_loading: threading.Thread | None = None
+        self._twin_process: Any = None  # its process while it loads: killed if the run ends
         self._twin_error: str | None = None
         self._twin_wait = True  # False in verify's quick pass, which need not wait for it
         self.info = self.executor.info
@@ -309,17 +311,26 @@ class Session:
         gangs, self._gangs = list(self._gangs.values()), {}
         for gang in gangs:
             gang.close()
-        if self._twin_loading is not None:
+        if self._twin_loading is not None and self._twin_loading.is_alive():
+            try:  # a run that ends (-x, a failure) before the twin is needed does not wait
+                os.killpg(self._twin_process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
             self._twin_loading.join()
         twin, self._twin = self._twin, None
         if twin is not None:
             twin.close()
         self.executor.close()
 
-    def expect(self, props: Iterable[str]) -> None:
-        """Start loading the twin worker now, beside the first properties (a start is about
-        1.7 s of CPU), if one of `props` compares calls made in two processes."""
-        if self.isolated and self._twin_loading is None and any(p in TWINNED for p in props):
+    def _start_twin(self) -> None:
+        """Start loading the twin worker in a thread (a start is about 1.7 s of CPU, spent
+        beside the quick pass), once."""
+        if self.isolated and self._twin_loading is None:
+            from ._spawn import _waiting, spawn
+
+            spawned = spawn()
+            self._twin_process = spawned[0]
+            _waiting.append(spawned)  # the twin's Worker adopts it
             self._twin_loading = threading.Thread(target=self._load_twin, daemon=True,
                                                   name="attnspec-twin")
             self._twin_loading.start()
@@ -336,8 +347,7 @@ class Session:
         """The twin worker; in verify's quick pass None while it is still loading (the quick
         pass then compares in one process, as in process: a failure there is one all the same,
         and the full pass, which waits for the twin, catches what one process hides)."""
-        if self._twin_loading is None:
-            self.expect(TWINNED)
+        self._start_twin()
         assert self._twin_loading is not None
         if self._twin_loading.is_alive() and not self._twin_wait:
             return None
@@ -688,6 +698,8 @@ class Session:
         it: the examples it ran count towards the property's total, and are not run again.
         """
         self._twin_wait = stream != "quick"  # the full pass always compares in two processes
+        if prop in TWINNED:
+            self._start_twin()
         with self._judging():
             return self._run(prop, progress, max_examples, stream)
 
@@ -919,7 +931,6 @@ def verify(
         _save(result, report)
         raise
     with session:
-        session.expect(props)
         result.header = session.header()
         example = replay if isinstance(replay, Example) or replay is None else \
             session.replay_example(props[0], replay)

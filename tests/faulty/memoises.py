@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from attnspec.subjects.reference import build as reference_build
 
-__all__ = ["Memoiser", "across_batch", "build"]
+__all__ = ["HookMemoiser", "Memoiser", "across_batch", "build"]
 
 
 class Memoiser:
@@ -58,3 +58,39 @@ def build(n_embd: int, n_head: int) -> nn.Module:
 
 def across_batch(n_embd: int, n_head: int) -> nn.Module:
     return _BATCH.build(n_embd, n_head)
+
+
+class HookMemoiser:
+    """A protocol v2 subject whose `shifted(module, x, offset)` is wrong (1e-3 x offset / 1000
+    added to every output: the absolute position shows) but replays forward's output for an x
+    forward has seen: relative_position passes within one process."""
+
+    PROTOCOL = 2
+    VARIANTS = {"positions": "any"}
+
+    def __init__(self) -> None:
+        self.seen: dict[object, Tensor] = {}
+        self.__name__ = "hook_memoiser"
+
+    def _key(self, x: Tensor) -> object:
+        return hash((x.dtype, tuple(x.shape), *x.detach().flatten().tolist()))
+
+    def build(self, spec: object) -> nn.Module:
+        from attnspec.subjects.variants import build
+
+        module = build(spec)  # type: ignore[arg-type]
+        forward = module.forward
+
+        def remembering(x: Tensor) -> Tensor:
+            out: Tensor = forward(x)
+            self.seen.setdefault(self._key(x), out.detach())
+            return out
+
+        module.forward = remembering  # type: ignore[method-assign]
+        return module
+
+    def shifted(self, module: nn.Module, x: Tensor, offset: int) -> Tensor:
+        seen = self.seen.get(self._key(x))
+        if seen is not None:
+            return seen
+        return module.shifted(x, offset) + 1e-6 * offset  # type: ignore[operator, no-any-return]
