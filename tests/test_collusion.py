@@ -105,12 +105,15 @@ def test_weights_that_drift_between_calls_are_not_called_a_leak(variant: str, pr
 
 @pytest.mark.slow
 def test_a_memoising_subject_fails_where_it_passed_in_one_worker() -> None:
-    # Its cache lives in its process: only a second worker holds inputs it never saw.
-    report = attnspec.verify(str(FAULTY / "memoises.py"), only="causality,batch_independence",
+    # Its cache lives in its process: only a second worker holds inputs it never saw. Its leak
+    # is the batch's mean, which moved rows also change: causality sees it as well.
+    report = attnspec.verify(f"{FAULTY / 'memoises.py'}:across_batch",
+                             only="causality,batch_independence",
                              max_examples=5, seed=1, database=False)
     assert report.result("causality").verdict == "fail", report.summary()
     assert "a future token leaks into the past" in report.result("causality").message
     assert report.result("batch_independence").verdict == "fail", report.summary()
+    assert "batch rows must not interact" in report.result("batch_independence").message
 
 
 @pytest.mark.slow
@@ -139,3 +142,12 @@ def test_a_hook_that_replays_forward_fools_one_process_but_not_two() -> None:
     outcome = run_check(InProcess(memoises.HookMemoiser()), "relative_position", ex,
                         twin=lambda: theirs)
     assert outcome.kind == "fail" and "must change nothing" in outcome.message, outcome
+
+
+def test_what_the_twin_saw_in_one_property_does_not_fool_another() -> None:
+    # batch_independence's changed batches hold rows of its x; causality's x is another one,
+    # so a twin that remembers them has nothing to replay in causality, same seed and shape.
+    mine, theirs = InProcess(memoises.Memoiser("future")), InProcess(memoises.Memoiser("future"))
+    run_check(mine, "batch_independence", EXAMPLE, twin=lambda: theirs)
+    outcome = run_check(mine, "causality", EXAMPLE, twin=lambda: theirs)
+    assert outcome.kind == "fail" and "leaks into the past" in outcome.message, outcome

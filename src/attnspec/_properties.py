@@ -328,6 +328,13 @@ def _steady(prop: str, ex: Example, change: str, jitter: float, scale: float) ->
                            "(see determinism).")
 
 
+# Each property's twin-side inputs have their own base salt: one whose rows the twin sees in
+# one property are never another's main-side rows, even for the same seed and shape.
+_BASE = {"batch_independence": 20_000, "decode": 21_000, "padding_invariance": 22_000,
+         "masked_rows": 23_000, "causal_corner": 24_000, "relative_position": 25_000,
+         "window": 26_000}
+
+
 def _probe(ex: Example, like: Tensor, salt: int) -> list[dict[str, Any]]:
     """A forward of fresh input shaped like `like`, made in both processes: their outputs
     differ only if identical calls do (drift, or a process that counts its calls)."""
@@ -466,7 +473,7 @@ def check_prefix(ctx: Context, ex: Example) -> Outcome:
 def check_batch_independence(ctx: Context, ex: Example) -> Outcome:
     if ex.B < 2:
         return Outcome(PASS, notes=["B=1: no other row"])
-    x = _inputs(ex)
+    x = _inputs(ex, salt=_BASE["batch_independence"])
     others = x.clone()
     others[1:] = _inputs(ex, salt=2000)[1:]
     first = x.clone()
@@ -714,7 +721,7 @@ def check_decode(ctx: Context, ex: Example) -> Outcome:
     """Decoding against the subject's own cache gives the full forward's outputs."""
     if ex.T < 2:
         return Outcome(PASS, notes=["T=1: nothing to decode after a prefill"])
-    x = _inputs(ex)
+    x = _inputs(ex, salt=_BASE["decode"])
     plans = _decode_plans(ex)
     # The full forward in one process, the decoding in the other: neither can replay the other.
     ctx.submit_apart(ex, [{"op": "forward", "x": x}],
@@ -757,7 +764,8 @@ def _check_padded_decode(ctx: Context, ex: Example) -> Outcome:
     lengths = [rng.randint(2, ex.T) for _ in range(ex.B)]
     if all(n == ex.T for n in lengths):
         lengths[rng.randrange(ex.B)] = rng.randint(2, ex.T - 1)
-    x, mask = _layout(_inputs(ex), lengths, "left", _fill(ex, "random", 6200))
+    x, mask = _layout(_inputs(ex, salt=_BASE["decode"]), lengths, "left",
+                      _fill(ex, "random", 6200))
     prefill = rng.randint(ex.T - min(lengths), ex.T - 1)
     plan = [prefill] + [1] * (ex.T - prefill)
     ctx.submit_apart(ex, [{"op": "forward", "x": x, "mask": mask}],
@@ -858,7 +866,7 @@ def check_padding_invariance(ctx: Context, ex: Example) -> Outcome:
     other_side, kind = ("right" if side == "left" else "left"), rng.choice(fills)
     notes = ["padding held finite values only (PADDING_VALUES = 'finite')"] if finite_only \
         else []
-    real = _inputs(ex)
+    real = _inputs(ex, salt=_BASE["padding_invariance"])
     xa, mask = _layout(real, lengths, side, _fill(ex, "random", 6000))
     xb, _ = _layout(real, lengths, side, _fill(ex, kind, 6001))
     xo, mask_o = _layout(real, lengths, other_side, _fill(ex, "random", 6002))
@@ -915,7 +923,8 @@ def check_masked_rows(ctx: Context, ex: Example) -> Outcome:
         return Outcome(PASS, notes=["T=1: no room for padding"])
     zero = _info(ctx, "masked_rows", "zero") == "zero"
     lengths = _padding(ex, 14)
-    x1, mask = _layout(_inputs(ex), lengths, "left", _fill(ex, "random", 6100))
+    x1, mask = _layout(_inputs(ex, salt=_BASE["masked_rows"]), lengths, "left",
+                       _fill(ex, "random", 6100))
     x2, _ = _layout(_inputs(ex, salt=6101), lengths, "left", _fill(ex, "random", 6102))
     masked = ~mask  # left padding: a padded query sees only padded keys
     only_masked = _inputs(ex, salt=6103) * masked[..., None].to(x1.dtype)
@@ -980,7 +989,8 @@ def check_causal_corner(ctx: Context, ex: Example) -> Outcome:
     corner = _info(ctx, "corner", "bottom_right")
     Tk, Tq = ex.T, _corner_lengths(ex)
     shift = corner_shift(corner, Tq, Tk)
-    x_q, x_kv = _inputs(ex, salt=7000, shape=(ex.B, Tq, ex.C)), _inputs(ex)
+    x_q = _inputs(ex, salt=7000, shape=(ex.B, Tq, ex.C))
+    x_kv = _inputs(ex, salt=_BASE["causal_corner"])
     rng = _rng(ex, 16)
     # Rows with a key past their diagonal, and rows whose diagonal key exists.
     hidden_rows = [i for i in range(Tq) if -1 <= i + shift < Tk - 1]
@@ -1156,7 +1166,7 @@ def check_relative_position(ctx: Context, ex: Example) -> Outcome:
     this dtype is the yardstick (as for prefix)."""
     rng = _rng(ex, 11)
     offsets = [rng.choice(_SMALL_OFFSETS), rng.choice(_LARGE_OFFSETS)]
-    x = _inputs(ex)
+    x = _inputs(ex, salt=_BASE["relative_position"])
     # forward in one process, shifted in the other: a cache keyed by x cannot replay forward.
     ctx.submit_apart(ex, [{"op": "forward", "x": x}],
                      [{"op": "forward", "x": x, "offset": k} for k in offsets])
@@ -1195,7 +1205,7 @@ def check_window(ctx: Context, ex: Example) -> Outcome:
     spots = sorted({p for p in ex.cuts if p + W - 1 <= ex.T - 1})
     if not spots:
         return Outcome(PASS, notes=["T <= window: no position has a key just inside it"])
-    x = _inputs(ex)
+    x = _inputs(ex, salt=_BASE["window"])
     changed = []
     for i, p in enumerate(spots):  # one position changed per block, at the same batch offset
         xt = x.clone()
