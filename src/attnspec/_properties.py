@@ -428,12 +428,11 @@ def check_causality(ctx: Context, ex: Example) -> Outcome:
                                           _outputs(ex, [moved, moved], theirs))
     jitter = _jitter((same1, same2), (moved1, moved2), (mine_z, their_z))
     allowed = tol.K * jitter
-    change = (f"changing inputs after position t={t} changed outputs at or before t by "
-              f"{err:.3g}{_at(index)}")
+    change = f"changing inputs after position t={t} changed outputs at or before t by {err:.3g}"
     if err > allowed:
-        return _fail(f"{change} (allowed {allowed:.3g}, the subject's own jitter x{tol.K:g}): "
-                     "a future token leaks into the past.", err, allowed, index, t)
-    _steady("causality", ex, change, jitter, float(same1.abs().max()))
+        return _fail(f"{change} (allowed {allowed:.3g}, the subject's own jitter x{tol.K:g})"
+                     f"{_at(index)}: a future token leaks into the past.", err, allowed, index, t)
+    _steady("causality", ex, change + _at(index), jitter, float(same1.abs().max()))
     return Outcome(PASS)
 
 
