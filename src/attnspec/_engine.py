@@ -225,7 +225,7 @@ class Session:
     property. Use as a context manager so the worker is stopped."""
 
     def __init__(self, target: Any, options: RunOptions | None = None, *,
-                 isolate: bool | None = None) -> None:
+                 isolate: bool | None = None, twin_ahead: bool = False) -> None:
         options = options or RunOptions()
         self.options = options
         cuda = torch.cuda.is_available()
@@ -258,6 +258,14 @@ class Session:
         self.isolated = isolate
         sizes = options.sizes
         self.sizes = sizes
+        self._twin_process: Any = None  # the twin's process until it is loaded
+        if isolate and twin_ahead:  # started beside the worker's: the worker adopts the last
+            from ._spawn import _waiting, spawn
+
+            if not _waiting:
+                _waiting.append(spawn())
+            _waiting.insert(0, spawn())
+            self._twin_process = _waiting[0][0]
         self.executor: Executor = (Worker(target, timeout=options.timeout, sizes=sizes)
                                    if isolate else InProcess(target, sizes))
         # Ranks for sharded examples, per world size: started at the first such example, kept
@@ -268,7 +276,6 @@ class Session:
         # sees both sides of one: loaded in a thread from the first property that needs it.
         self._twin: Worker | None = None
         self._twin_loading: threading.Thread | None = None
-        self._twin_process: Any = None  # its process while it loads: killed if the run ends
         self._twin_error: str | None = None
         self._twin_wait = True  # False in verify's quick pass, which need not wait for it
         self.info = self.executor.info
@@ -317,6 +324,15 @@ class Session:
             except (ProcessLookupError, PermissionError):
                 pass
             self._twin_loading.join()
+        elif self._twin_loading is None and self._twin_process is not None:
+            from ._spawn import _waiting
+
+            for spawned in [w for w in _waiting if w[0] is self._twin_process]:
+                _waiting.remove(spawned)  # started ahead, never needed
+                spawned[1].close()
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(spawned[0].pid, signal.SIGKILL)
+                spawned[0].wait()
         twin, self._twin = self._twin, None
         if twin is not None:
             twin.close()
@@ -328,9 +344,11 @@ class Session:
         if self.isolated and self._twin_loading is None:
             from ._spawn import _waiting, spawn
 
-            spawned = spawn()
-            self._twin_process = spawned[0]
-            _waiting.append(spawned)  # the twin's Worker adopts it
+            if not any(w[0] is self._twin_process for w in _waiting):  # none started ahead
+                _waiting.append(spawn())
+                self._twin_process = _waiting[-1][0]
+            else:  # the one started ahead goes last in line, where the twin's Worker takes it
+                _waiting.sort(key=lambda w: w[0] is self._twin_process)
             self._twin_loading = threading.Thread(target=self._load_twin, daemon=True,
                                                   name="attnspec-twin")
             self._twin_loading.start()
@@ -920,8 +938,11 @@ def verify(
     show = progress_printer(sys.stderr) if progress is True else (progress or None)
     result = Report(target=_target_name(target), header={},
                     properties=[PropertyResult(id=p) for p in props])
+    # Without a quick pass to load the twin beside, its process starts with the worker's.
+    ahead = (replay is not None or options.examples <= 2 * _QUICK_EXAMPLES) and any(
+        p in TWINNED for p in props)
     try:
-        session = Session(target, options, isolate=isolate)
+        session = Session(target, options, isolate=isolate, twin_ahead=ahead)
     except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
         result.interrupted = True
         _save(result, report)
