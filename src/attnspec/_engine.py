@@ -14,8 +14,10 @@ import os
 import platform
 import re
 import shlex
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -36,7 +38,7 @@ from ._options import (
     PROFILES,
     RunOptions,
 )
-from ._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
+from ._properties import BY_ID, PROPERTY_IDS, TWINNED, Example, Outcome, run_check
 from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
 from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
 from ._subject import check_variants, clip, default_dtypes
@@ -264,7 +266,8 @@ class Session:
     property. Use as a context manager so the worker is stopped."""
 
     def __init__(self, target: Any, options: RunOptions | None = None, *,
-                 isolate: bool | None = None, flags: Mapping[str, str] | None = None) -> None:
+                 isolate: bool | None = None, flags: Mapping[str, str] | None = None,
+                 twin_ahead: bool = False) -> None:
         options = options or RunOptions()
         self.options = options
         # How this front end spells the options its messages name (None: verify()'s names).
@@ -312,6 +315,16 @@ class Session:
                              reason="the subject runs in this process (a Python object as "
                                     "TARGET, or isolate=False), so it cannot run as another "
                                     "user; give a TARGET string.")
+        self._twin_process: Any = None  # the twin's process until it is loaded
+        # Started beside the worker's (the worker adopts the last); not for another user,
+        # whose workers are spawned as that user when they start.
+        if isolate and twin_ahead and self.user is None:
+            from ._spawn import _waiting, spawn
+
+            if not _waiting:
+                _waiting.append(spawn())
+            _waiting.insert(0, spawn())
+            self._twin_process = _waiting[0][0]
         try:
             self.executor: Executor = (Worker(target, timeout=options.timeout, sizes=sizes,
                                               user=self.user)
@@ -324,6 +337,12 @@ class Session:
         # for the run (a start costs seconds), always processes (they load TARGET by name).
         self._gangs: dict[int, Gang] = {}
         self._rank_target = target if isinstance(target, str) else None
+        # A second worker for the self-comparisons (`Context.submit_apart`), so that no process
+        # sees both sides of one: loaded in a thread from the first property that needs it.
+        self._twin: Worker | None = None
+        self._twin_loading: threading.Thread | None = None
+        self._twin_error: str | None = None
+        self._twin_wait = True  # False in verify's quick pass, which need not wait for it
         self.info = self.executor.info
         if self.info.protocol == 2:  # again here: the worker's process is the subject's
             try:
@@ -370,10 +389,69 @@ class Session:
         gangs, self._gangs = list(self._gangs.values()), {}
         for gang in gangs:
             gang.close()
+        if self._twin_loading is not None and self._twin_loading.is_alive():
+            if self._twin_process is not None:  # another user's twin is its Worker's to spawn
+                try:  # a run that ends (-x, a failure) before the twin is needed does not wait
+                    os.killpg(self._twin_process.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self._twin_loading.join()
+        elif self._twin_loading is None and self._twin_process is not None:
+            from ._spawn import _waiting
+
+            for spawned in [w for w in _waiting if w[0] is self._twin_process]:
+                _waiting.remove(spawned)  # started ahead, never needed
+                spawned[1].close()
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(spawned[0].pid, signal.SIGKILL)
+                spawned[0].wait()
+        twin, self._twin = self._twin, None
+        if twin is not None:
+            twin.close()
         self.executor.close()
         # What the subject detached from its group (setsid) was re-parented here: end it too.
         if self.subreaper and self.swept is None:
             self.swept = sweep(self._own_children)
+
+    def _start_twin(self) -> None:
+        """Start loading the twin worker in a thread (a start is about 1.7 s of CPU, spent
+        beside the quick pass), once."""
+        if self.isolated and self._twin_loading is None:
+            from ._spawn import _waiting, spawn
+
+            if self.user is not None:  # its Worker spawns it as that user
+                pass
+            elif not any(w[0] is self._twin_process for w in _waiting):  # none started ahead
+                _waiting.append(spawn())
+                self._twin_process = _waiting[-1][0]
+            else:  # the one started ahead goes last in line, where the twin's Worker takes it
+                _waiting.sort(key=lambda w: w[0] is self._twin_process)
+            self._twin_loading = threading.Thread(target=self._load_twin, daemon=True,
+                                                  name="attnspec-twin")
+            self._twin_loading.start()
+
+    def _load_twin(self) -> None:
+        assert self._rank_target is not None
+        try:
+            self._twin = Worker(self._rank_target, timeout=self.timeout, sizes=self.sizes,
+                                user=self.user)
+        except TargetError as error:  # it loaded once already: the subject's doing
+            self._twin_error = (f"the second worker, which runs one side of each "
+                                f"self-comparison, could not be started: {error}")
+
+    def _twin_worker(self) -> Executor | None:
+        """The twin worker; in verify's quick pass None while it is still loading (the quick
+        pass then compares in one process, as in process: a failure there is one all the same,
+        and the full pass, which waits for the twin, catches what one process hides)."""
+        self._start_twin()
+        assert self._twin_loading is not None
+        if self._twin_loading.is_alive() and not self._twin_wait:
+            return None
+        self._twin_loading.join()
+        if self._twin is None:
+            raise SubjectCrash("crash", self._twin_error or "the second worker did not start",
+                               ran=False)
+        return self._twin
 
     def _gang(self, world: int) -> Gang:
         """The ranks for a sharded example over `world` processes, started once per run."""
@@ -697,6 +775,7 @@ class Session:
 
     def replay(self, prop: str, example: Example | dict[str, Any]) -> PropertyResult:
         """Run exactly one example of one property (what a failure's replay command does)."""
+        self._twin_wait = True
         with self._judging():
             return self._replay(prop, example)
 
@@ -717,7 +796,8 @@ class Session:
         counted = _Counted(self.executor)
         try:
             outcome = run_check(counted, prop, ex,
-                                self._gang if BY_ID[prop].shards is not None else None)
+                                self._gang if BY_ID[prop].shards is not None else None,
+                                self._twin_worker if self.isolated else None)
         except SubjectCrash as bare:
             crash = SubjectCrash(bare.kind, f"{self._in_flags(str(bare))} (on {ex.describe()})",
                                  ran=bare.ran)
@@ -758,6 +838,9 @@ class Session:
         seeded run draws its own examples. A full pass after a quick pass that passed continues
         it: the examples it ran count towards the property's total, and are not run again.
         """
+        self._twin_wait = stream != "quick"  # the full pass always compares in two processes
+        if prop in TWINNED:
+            self._start_twin()
         with self._judging():
             return self._run(prop, progress, max_examples, stream)
 
@@ -996,8 +1079,11 @@ def verify(
     result = Report(target=_target_name(target), header={},
                     properties=[PropertyResult(id=p) for p in props], running=True)
     _save(result, report)  # now: a run killed before its first verdict leaves one that says so
+    # Without a quick pass to load the twin beside, its process starts with the worker's.
+    ahead = (replay is not None or options.examples <= 2 * _QUICK_EXAMPLES) and any(
+        p in TWINNED for p in props)
     try:
-        session = Session(target, options, isolate=isolate)
+        session = Session(target, options, isolate=isolate, twin_ahead=ahead)
     except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
         result.interrupted = True
         _save(result, report)

@@ -138,7 +138,8 @@ class Unsupported(Exception):
 class Context:
     """What a check uses to run the subject: one executor, with the forward calls counted."""
 
-    def __init__(self, executor: Executor, gangs: Callable[[int], Gang] | None = None) -> None:
+    def __init__(self, executor: Executor, gangs: Callable[[int], Gang] | None = None,
+                 twin: Callable[[], Executor | None] | None = None) -> None:
         self.executor = executor
         self.gangs = gangs  # world -> the ranks that run sharded examples
         self.forwards = 0
@@ -146,6 +147,9 @@ class Context:
         self._steps: list[dict[str, Any]] = []  # the steps awaiting collect()
         self._layout = True  # whether collect() holds outputs to their inputs' layout
         self._device: str | None = None  # where the module last built runs
+        self._twin_of = twin  # a second process that never sees this one's inputs
+        self._twin: Context | None = None
+        self._apart: tuple[Example, list[dict[str, Any]]] | None = None
 
     def request(self, ex: Example | None, steps: Sequence[dict[str, Any]], *,
                 check_layout: bool = True) -> list[Any]:
@@ -182,6 +186,31 @@ class Context:
             if callable(restart):
                 restart()
             raise SubjectFault(str(bad)) from None
+
+    def submit_apart(self, ex: Example, mine: Sequence[dict[str, Any]],
+                     theirs: Sequence[dict[str, Any]]) -> None:
+        """`mine` to this worker and `theirs` to its twin, each on a module built for `ex`, so
+        that no process sees both: a subject that remembers what it saw (a cache keyed by a
+        prefix or a row, in its module or its process) cannot make the two sides agree. Without
+        a twin (in process) both go to this executor, in two requests."""
+        if self._twin_of is not None:  # asked once: every call of one example alike
+            twin, self._twin_of = self._twin_of(), None
+            self._twin = None if twin is None else Context(twin)
+        self.submit(ex, mine)
+        self._apart = (ex, list(theirs))
+        if self._twin is not None:
+            self._twin.submit(ex, theirs)
+            self.forwards += self._twin.forwards
+            self._twin.forwards = 0
+
+    def collect_apart(self) -> tuple[list[Any], list[Any]]:
+        """`submit_apart`'s results: this worker's, then the twin's."""
+        assert self._apart is not None
+        (ex, theirs), self._apart = self._apart, None
+        mine = self.collect()
+        if self._twin is None:
+            return mine, self.request(ex, theirs)
+        return mine, self._twin.collect()
 
     def forwards_of(self, ex: Example, xs: Sequence[Tensor], *,
                     check_shape: bool = True) -> list[Tensor]:
@@ -278,6 +307,52 @@ def _jitter(*pairs: tuple[Tensor, Tensor]) -> float:
     return max(tol.max_abs_diff(a, b)[0] for a, b in pairs)
 
 
+def _outputs(ex: Example, xs: Sequence[Tensor], results: Sequence[Mapping[str, Any]],
+             call: str = "forward") -> list[Tensor]:
+    """The outputs of one forward (or `call`) per input, each of its input's layout."""
+    for x, result in zip(xs, results, strict=True):
+        _same_layout(result["out"], result["device"], x, ex.device, call)
+    return [result["out"] for result in results]
+
+
+def _finite(prop: str, call: str, *outs: Tensor) -> None:
+    """Non-finite outputs prove nothing in a self-comparison (NaN equals NaN there): the
+    subject's fault, named, pointing at `finite`."""
+    for out in outs:
+        bad = ~torch.isfinite(out)
+        if bool(bad.any()):
+            index = tuple(int(i) for i in bad.nonzero()[0])
+            raise SubjectFault(f"{call} gave {int(bad.sum())} non-finite values in an output "
+                               f"of shape {tuple(out.shape)} (first {float(out[index]):g}"
+                               f"{_at(index)}) for finite input, so {prop} cannot compare its "
+                               "outputs (see finite).")
+
+
+def _steady(prop: str, ex: Example, change: str, jitter: float, scale: float) -> None:
+    """A change within the jitter of identical calls that differ by more than rounding (weights
+    that drift between calls, say) is no evidence either way: the subject's fault, pointing at
+    `determinism`, never a leak."""
+    floor = tol.floor(ex.dtype, scale)
+    if jitter > floor:
+        raise SubjectFault(f"{change}, but the same input gave outputs {jitter:.3g} apart in "
+                           f"two calls, more than rounding ({floor:.3g}): the outputs differ "
+                           f"between identical calls, so {prop} cannot tell a leak from that "
+                           "(see determinism).")
+
+
+# Each property's twin-side inputs have their own base salt: one whose rows the twin sees in
+# one property are never another's main-side rows, even for the same seed and shape.
+_BASE = {"batch_independence": 20_000, "decode": 21_000, "padding_invariance": 22_000,
+         "masked_rows": 23_000, "causal_corner": 24_000, "relative_position": 25_000,
+         "window": 26_000}
+
+
+def _probe(ex: Example, like: Tensor, salt: int) -> list[dict[str, Any]]:
+    """A forward of fresh input shaped like `like`, made in both processes: their outputs
+    differ only if identical calls do (drift, or a process that counts its calls)."""
+    return [{"op": "forward", "x": _inputs(ex, salt=salt, shape=tuple(like.shape))}]
+
+
 def _only_float32_accurate(ex: Example, err: float, yard32: Callable[[], float],
                            scale: float) -> str | None:
     """For float64: the message when an error float64 cannot explain is one float32 makes."""
@@ -347,16 +422,29 @@ def check_causality(ctx: Context, ex: Example) -> Outcome:
                 worst = (err, t, index)
         return worst
 
-    same1, moved1 = ctx.forwards_of(ex, [same, moved])
+    # Same and moved go to two processes, so that neither sees both: a subject that replays
+    # what it computed for a prefix it has seen cannot make them agree.
+    ctx.submit_apart(ex, [{"op": "forward", "x": same}], [{"op": "forward", "x": moved}])
+    mine, theirs = ctx.collect_apart()
+    (same1,), (moved1,) = _outputs(ex, [same], mine), _outputs(ex, [moved], theirs)
+    _finite("causality", "forward", same1, moved1)
     err, t, index = worst_change(same1, moved1)
     if err == 0:  # nothing changed: no jitter estimate could make it a leak
         return Outcome(PASS)
-    same2, moved2 = ctx.forwards_of(ex, [same, moved])  # jitter from two pairs of equal calls
-    allowed = tol.K * _jitter((same1, same2), (moved1, moved2))
+    # Jitter from pairs of equal calls: each side again, and one fresh input on both sides.
+    probe = _probe(ex, same, 4000)
+    ctx.submit_apart(ex, [{"op": "forward", "x": same}, *probe],
+                     [{"op": "forward", "x": moved}, *probe])
+    mine, theirs = ctx.collect_apart()
+    (same2, mine_z), (moved2, their_z) = (_outputs(ex, [same, same], mine),
+                                          _outputs(ex, [moved, moved], theirs))
+    jitter = _jitter((same1, same2), (moved1, moved2), (mine_z, their_z))
+    allowed = tol.K * jitter
+    change = f"changing inputs after position t={t} changed outputs at or before t by {err:.3g}"
     if err > allowed:
-        return _fail(f"changing inputs after position t={t} changed outputs at or before t by "
-                     f"{err:.3g} (allowed {allowed:.3g}, the subject's own jitter x{tol.K:g})"
+        return _fail(f"{change} (allowed {allowed:.3g}, the subject's own jitter x{tol.K:g})"
                      f"{_at(index)}: a future token leaks into the past.", err, allowed, index, t)
+    _steady("causality", ex, change + _at(index), jitter, float(same1.abs().max()))
     return Outcome(PASS)
 
 
@@ -396,20 +484,33 @@ def check_prefix(ctx: Context, ex: Example) -> Outcome:
 def check_batch_independence(ctx: Context, ex: Example) -> Outcome:
     if ex.B < 2:
         return Outcome(PASS, notes=["B=1: no other row"])
-    x = _inputs(ex)
+    x = _inputs(ex, salt=_BASE["batch_independence"])
     others = x.clone()
     others[1:] = _inputs(ex, salt=2000)[1:]
     first = x.clone()
     first[0] = _inputs(ex, salt=3000)[0]
     # Every call has the shape of x and a row keeps its offset, so unchanged rows round alike.
     checks = ((slice(0, 1), "rows 1..B-1"), (slice(1, None), "row 0"))
-    out1, others1, first1 = ctx.forwards_of(ex, [x, others, first])
+    # x in one process, the changed batches in another (they share no row): a subject that
+    # replays what it computed for a row it has seen cannot make a row agree with itself.
+    forward = [{"op": "forward", "x": x}]
+    changed = [{"op": "forward", "x": others}, {"op": "forward", "x": first}]
+    ctx.submit_apart(ex, forward, changed)
+    mine, theirs = ctx.collect_apart()
+    (out1,), (others1, first1) = _outputs(ex, [x], mine), _outputs(ex, [others, first], theirs)
+    _finite("batch_independence", "forward", out1, others1, first1)
     found = [(tol.max_abs_diff(moved[rows], out1[rows]), rows, what)
              for moved, (rows, what) in zip((others1, first1), checks, strict=True)]
     if all(err == 0 for (err, _), _, _ in found):  # nothing changed: no jitter makes a leak
         return Outcome(PASS)
-    out2, others2, first2 = ctx.forwards_of(ex, [x, others, first])
-    allowed = tol.K * _jitter((out1, out2), (others1, others2), (first1, first2))
+    # Jitter from pairs of equal calls: each batch again, and one fresh input on both sides.
+    probe = _probe(ex, x, 4000)
+    ctx.submit_apart(ex, forward + probe, changed + probe)
+    mine, theirs = ctx.collect_apart()
+    out2, mine_z = _outputs(ex, [x, x], mine)
+    others2, first2, their_z = _outputs(ex, [others, first, x], theirs)
+    jitter = _jitter((out1, out2), (others1, others2), (first1, first2), (mine_z, their_z))
+    allowed = tol.K * jitter
     for (err, index), rows, what in found:
         if err > allowed:
             if index is not None and rows.start:
@@ -417,6 +518,9 @@ def check_batch_independence(ctx: Context, ex: Example) -> Outcome:
             return _fail(f"changing batch {what} changed another row's output by {err:.3g} "
                          f"(allowed {allowed:.3g}, the subject's own jitter x{tol.K:g})"
                          f"{_at(index)}: batch rows must not interact.", err, allowed, index)
+    (err, index), _, what = max(found, key=lambda f: f[0][0])
+    _steady("batch_independence", ex, f"changing batch {what} changed another row's output by "
+            f"{err:.3g}", jitter, float(out1.abs().max()))
     return Outcome(PASS)
 
 
@@ -633,18 +737,20 @@ def check_decode(ctx: Context, ex: Example) -> Outcome:
     """Decoding against the subject's own cache gives the full forward's outputs."""
     if ex.T < 2:
         return Outcome(PASS, notes=["T=1: nothing to decode after a prefill"])
-    x = _inputs(ex)
+    x = _inputs(ex, salt=_BASE["decode"])
     plans = _decode_plans(ex)
-    ctx.submit(ex, [{"op": "forward", "x": x},
-                    *({"op": "decode", "x": x, "chunks": plan} for plan in plans)])
+    # The full forward in one process, the decoding in the other: neither can replay the other.
+    ctx.submit_apart(ex, [{"op": "forward", "x": x}],
+                     [{"op": "decode", "x": x, "chunks": plan} for plan in plans])
     weights = _reference_weights(ex)  # the reference's own decode discrepancy is the yardstick
     spec = ex.attention
     with torch.no_grad():
         whole = spec_attention(x, weights_in(weights, x), spec)
         yards = [tol.max_abs_diff(decode_attention(x, weights_in(weights, x), spec, plan),
                                   whole)[0] for plan in plans]
-    full, *decoded = (r["out"] for r in ctx.collect())
-    _same_layout(full, ex.device, x, ex.device)
+    mine, theirs = ctx.collect_apart()
+    (full,), decoded = _outputs(ex, [x], mine), [r["out"] for r in theirs]
+    _finite("decode", "forward", full)
     scale = float(full.abs().max()) if full.numel() else 1.0
     for plan, out, yard in zip(plans, decoded, yards, strict=True):
         if out.shape != full.shape:
@@ -674,18 +780,20 @@ def _check_padded_decode(ctx: Context, ex: Example) -> Outcome:
     lengths = [rng.randint(2, ex.T) for _ in range(ex.B)]
     if all(n == ex.T for n in lengths):
         lengths[rng.randrange(ex.B)] = rng.randint(2, ex.T - 1)
-    x, mask = _layout(_inputs(ex), lengths, "left", _fill(ex, "random", 6200))
+    x, mask = _layout(_inputs(ex, salt=_BASE["decode"]), lengths, "left",
+                      _fill(ex, "random", 6200))
     prefill = rng.randint(ex.T - min(lengths), ex.T - 1)
     plan = [prefill] + [1] * (ex.T - prefill)
-    ctx.submit(None, [{"op": "forward", "x": x, "mask": mask},
-                      {"op": "decode", "x": x, "chunks": plan, "mask": mask}])
+    ctx.submit_apart(ex, [{"op": "forward", "x": x, "mask": mask}],
+                     [{"op": "decode", "x": x, "chunks": plan, "mask": mask}])
     weights = weights_in(_reference_weights(ex), x)
     with torch.no_grad():
         whole = padded_attention(x, weights, ex.attention, mask)
         chunked = padded_decode_attention(x, weights, ex.attention, plan, mask)
         yard = _worst(_real_rows(chunked, lengths, "left"), _real_rows(whole, lengths, "left"))[0]
-    full, decoded = (r["out"] for r in ctx.collect())
-    _same_layout(full, ex.device, x, ex.device, "padded(module, x, key_mask)")
+    mine, theirs = ctx.collect_apart()
+    (full,), decoded = _outputs(ex, [x], mine, "padded(module, x, key_mask)"), theirs[0]["out"]
+    _finite("decode", "padded(module, x, key_mask)", _real_only(full, mask))
     if decoded.shape != full.shape:
         raise SubjectFault(f"decode_padded gave outputs of shape {tuple(decoded.shape)} in all, "
                            f"padded {tuple(full.shape)}.")
@@ -744,6 +852,11 @@ def _fill(ex: Example, kind: str, salt: int) -> Tensor:
     return base
 
 
+def _real_only(out: Tensor, mask: Tensor) -> Tensor:
+    """`out` with the padded positions' outputs zeroed: what must be finite."""
+    return torch.where(mask[..., None].to(out.device), out, torch.zeros((), dtype=out.dtype))
+
+
 def _real_rows(out: Tensor, lengths: list[int], side: str) -> list[Tensor]:
     T = out.size(1)
     return [out[b, T - n:] if side == "left" else out[b, :n] for b, n in enumerate(lengths)]
@@ -769,32 +882,42 @@ def check_padding_invariance(ctx: Context, ex: Example) -> Outcome:
     other_side, kind = ("right" if side == "left" else "left"), rng.choice(fills)
     notes = ["padding held finite values only (PADDING_VALUES = 'finite')"] if finite_only \
         else []
-    real = _inputs(ex)
+    real = _inputs(ex, salt=_BASE["padding_invariance"])
     xa, mask = _layout(real, lengths, side, _fill(ex, "random", 6000))
     xb, _ = _layout(real, lengths, side, _fill(ex, kind, 6001))
     xo, mask_o = _layout(real, lengths, other_side, _fill(ex, "random", 6002))
     steps = [{"op": "forward", "x": xa, "mask": mask}, {"op": "forward", "x": xb, "mask": mask},
              {"op": "forward", "x": xo, "mask": mask_o}]
-    ctx.submit(ex, steps)
+    ctx.submit_apart(ex, steps[:1], steps[1:])  # no process sees the real tokens twice
     weights = _reference_weights(ex)
     with torch.no_grad():  # the reference's own discrepancy between the two sides
         ref = padded_attention(xa, weights_in(weights, xa), ex.attention, mask)
         ref_o = padded_attention(xo, weights_in(weights, xo), ex.attention, mask_o)
         yard = _worst(_real_rows(ref, lengths, side), _real_rows(ref_o, lengths, other_side))[0]
-    outs = ctx.collect_forwards(ex, [xa, xb, xo], call="padded(module, x, key_mask)")
+    call = "padded(module, x, key_mask)"
+    mine, theirs = ctx.collect_apart()
+    outs = _outputs(ex, [xa], mine, call) + _outputs(ex, [xb, xo], theirs, call)
+    _finite("padding_invariance", call, _real_only(outs[0], mask))
     a, b = _real_rows(outs[0], lengths, side), _real_rows(outs[1], lengths, side)
     where = f"{side}-padded, real lengths {lengths} of T={ex.T}"
     err, index = _worst(b, a)
-    if err > 0:
-        again = [r["out"] for r in ctx.request(ex, steps[:2])]  # jitter: the same two calls
-        again_b = _real_rows(again[1], lengths, side)
-        allowed = tol.K * max(_worst(_real_rows(again[0], lengths, side), a)[0],
-                              _worst(again_b, b)[0])
+    if err > 0:  # jitter: the same two calls again, and one fresh padded input on both sides
+        xz, _ = _layout(_inputs(ex, salt=6003), lengths, side, _fill(ex, "random", 6004))
+        probe = [{"op": "forward", "x": xz, "mask": mask}]
+        ctx.submit_apart(ex, steps[:1] + probe, steps[1:2] + probe)
+        mine, theirs = ctx.collect_apart()
+        a2, mine_z = (_real_rows(r["out"], lengths, side) for r in mine)
+        b2, their_z = (_real_rows(r["out"], lengths, side) for r in theirs)
+        jitter = max(_worst(a2, a)[0], _worst(b2, b)[0], _worst(mine_z, their_z)[0])
+        allowed = tol.K * jitter
         if err > allowed:
             return _fail(f"the real tokens' outputs changed by {err:.3g} (allowed {allowed:.3g},"
                          f" the subject's own jitter x{tol.K:g}) when the padding held {kind} "
                          f"values instead of other random ones ({where}){_at(index)}: padding "
                          "must never reach a real token.", err, allowed, index)
+        _steady("padding_invariance", ex, f"the real tokens' outputs changed by {err:.3g} when "
+                f"the padding held {kind} values ({where})", jitter,
+                max((float(t.abs().max()) for t in a if t.numel()), default=1.0))
     o = _real_rows(outs[2], lengths, other_side)
     err, index = _worst(o, a)
     scale = max((float(t.abs().max()) for t in a if t.numel()), default=1.0)
@@ -816,15 +939,19 @@ def check_masked_rows(ctx: Context, ex: Example) -> Outcome:
         return Outcome(PASS, notes=["T=1: no room for padding"])
     zero = _info(ctx, "masked_rows", "zero") == "zero"
     lengths = _padding(ex, 14)
-    x1, mask = _layout(_inputs(ex), lengths, "left", _fill(ex, "random", 6100))
+    x1, mask = _layout(_inputs(ex, salt=_BASE["masked_rows"]), lengths, "left",
+                       _fill(ex, "random", 6100))
     x2, _ = _layout(_inputs(ex, salt=6101), lengths, "left", _fill(ex, "random", 6102))
     masked = ~mask  # left padding: a padded query sees only padded keys
     only_masked = _inputs(ex, salt=6103) * masked[..., None].to(x1.dtype)
     everywhere = _inputs(ex, salt=6104)
-    out1, out2, masked_grad, all_grad = ctx.request(ex, [
-        {"op": "forward", "x": x1, "mask": mask}, {"op": "forward", "x": x2, "mask": mask},
+    # x1 and x2 in two processes: a cache keyed by the mask cannot replay x1's masked rows.
+    ctx.submit_apart(ex, [
+        {"op": "forward", "x": x1, "mask": mask},
         {"op": "grad", "x": x1, "mask": mask, "cotangent": only_masked, "params": True},
-        {"op": "grad", "x": x1, "mask": mask, "cotangent": everywhere, "params": True}])
+        {"op": "grad", "x": x1, "mask": mask, "cotangent": everywhere, "params": True}],
+        [{"op": "forward", "x": x2, "mask": mask}])
+    (out1, masked_grad, all_grad), (out2,) = ctx.collect_apart()
     where = f"left-padded, real lengths {lengths} of T={ex.T}: queries 0..T-L-1 see no key"
     for out in (out1["out"], out2["out"]):
         rows = out[masked]
@@ -878,7 +1005,8 @@ def check_causal_corner(ctx: Context, ex: Example) -> Outcome:
     corner = _info(ctx, "corner", "bottom_right")
     Tk, Tq = ex.T, _corner_lengths(ex)
     shift = corner_shift(corner, Tq, Tk)
-    x_q, x_kv = _inputs(ex, salt=7000, shape=(ex.B, Tq, ex.C)), _inputs(ex)
+    x_q = _inputs(ex, salt=7000, shape=(ex.B, Tq, ex.C))
+    x_kv = _inputs(ex, salt=_BASE["causal_corner"])
     rng = _rng(ex, 16)
     # Rows with a key past their diagonal, and rows whose diagonal key exists.
     hidden_rows = [i for i in range(Tq) if -1 <= i + shift < Tk - 1]
@@ -901,14 +1029,15 @@ def check_causal_corner(ctx: Context, ex: Example) -> Outcome:
         return Outcome(PASS, notes=["no query row has a key on or past its diagonal"])
     k = len(plan)
     queries, same, moved = torch.cat([x_q] * k), torch.cat([x_kv] * k), torch.cat(changed)
-    steps = [{"op": "forward", "x": queries, "x_kv": same},
-             {"op": "forward", "x": queries, "x_kv": moved}] * 2
+    # Unmoved keys in one process, moved ones in the other, each twice (jitter).
+    base_steps = [{"op": "forward", "x": queries, "x_kv": same}] * 2
+    moved_steps = [{"op": "forward", "x": queries, "x_kv": moved}] * 2
     info = getattr(ctx.executor, "info", None)
     expected: Tensor | None = None  # the reference's own change, row by row (float64)
     if getattr(info, "has_export", False):
         (exported,) = ctx.request(ex, [{"op": "export"}])
         weights = weights_in(_checked_weights(exported, ex), queries.double())
-        ctx.submit(None, steps)  # the same module; the reference runs meanwhile
+        ctx.submit_apart(ex, base_steps, moved_steps)  # the reference runs meanwhile
         with torch.no_grad():
             ref_base = cross_attention(queries.double(), same.double(), weights, ex.attention,
                                        corner)
@@ -916,9 +1045,10 @@ def check_causal_corner(ctx: Context, ex: Example) -> Outcome:
                                         ex.attention, corner)
         expected = (ref_moved - ref_base).abs().amax(dim=-1)  # (kB, Tq)
         visible_floor = 4 * tol.floor(ex.dtype, float(ref_base.abs().max()))
-        base1, moved1, base2, moved2 = (r["out"] for r in ctx.collect())
     else:
-        base1, moved1, base2, moved2 = (r["out"] for r in ctx.request(ex, steps))
+        ctx.submit_apart(ex, base_steps, moved_steps)
+    mine, theirs = ctx.collect_apart()
+    (base1, base2), (moved1, moved2) = ([r["out"] for r in mine], [r["out"] for r in theirs])
     _same_layout(base1, ex.device, queries, ex.device, "cross(module, x_q, x_kv)")
     if not bool(base1.isfinite().all()):
         broken = sorted({int(t) for t in (~base1.isfinite()).nonzero()[:, 1]})
@@ -1052,16 +1182,19 @@ def check_relative_position(ctx: Context, ex: Example) -> Outcome:
     this dtype is the yardstick (as for prefix)."""
     rng = _rng(ex, 11)
     offsets = [rng.choice(_SMALL_OFFSETS), rng.choice(_LARGE_OFFSETS)]
-    x = _inputs(ex)
-    ctx.submit(ex, [{"op": "forward", "x": x},
-                    *({"op": "forward", "x": x, "offset": k} for k in offsets)])
+    x = _inputs(ex, salt=_BASE["relative_position"])
+    # forward in one process, shifted in the other: a cache keyed by x cannot replay forward.
+    ctx.submit_apart(ex, [{"op": "forward", "x": x}],
+                     [{"op": "forward", "x": x, "offset": k} for k in offsets])
     weights = _reference_weights(ex)
     spec = ex.attention
     with torch.no_grad():
-        mine = weights_in(weights, x)
-        whole = spec_attention(x, mine, spec)
-        yards = [tol.max_abs_diff(spec_attention(x, mine, spec, k), whole)[0] for k in offsets]
-    full, *shifted = ctx.collect_forwards(ex, [x] * (1 + len(offsets)))
+        ours = weights_in(weights, x)
+        whole = spec_attention(x, ours, spec)
+        yards = [tol.max_abs_diff(spec_attention(x, ours, spec, k), whole)[0] for k in offsets]
+    mine, theirs = ctx.collect_apart()
+    (full,), shifted = _outputs(ex, [x], mine), _outputs(ex, [x] * len(offsets), theirs)
+    _finite("relative_position", "forward", full)
     scale = float(full.abs().max()) if full.numel() else 1.0
     for k, out, yard in zip(offsets, shifted, yards, strict=True):
         err, index = tol.max_abs_diff(out, full)
@@ -1088,7 +1221,7 @@ def check_window(ctx: Context, ex: Example) -> Outcome:
     spots = sorted({p for p in ex.cuts if p + W - 1 <= ex.T - 1})
     if not spots:
         return Outcome(PASS, notes=["T <= window: no position has a key just inside it"])
-    x = _inputs(ex)
+    x = _inputs(ex, salt=_BASE["window"])
     changed = []
     for i, p in enumerate(spots):  # one position changed per block, at the same batch offset
         xt = x.clone()
@@ -1101,15 +1234,20 @@ def check_window(ctx: Context, ex: Example) -> Outcome:
     if getattr(getattr(ctx.executor, "info", None), "has_export", False):
         (exported,) = ctx.request(ex, [{"op": "export"}])
         weights = weights_in(_checked_weights(exported, ex), same.double())
-        ctx.submit(None, [{"op": "forward", "x": t} for t in (same, moved, same, moved)])
+        ctx.submit_apart(ex, [{"op": "forward", "x": same}] * 2,
+                         [{"op": "forward", "x": moved}] * 2)
         with torch.no_grad():  # while the subject runs
             ref_same = spec_attention(same.double(), weights, ex.spec)
             ref_moved = spec_attention(moved.double(), weights, ex.spec)
         floor = 4 * tol.floor(ex.dtype, float(ref_same.abs().max()))
         shows = (ref_moved - ref_same).abs().amax(dim=-1) > floor  # (len(spots)·B, T)
-        same1, moved1, same2, moved2 = ctx.collect_forwards(ex, [same, moved, same, moved])
-    else:
-        same1, moved1, same2, moved2 = ctx.forwards_of(ex, [same, moved, same, moved])
+    else:  # same and moved apart, so that no process can replay one for the other
+        ctx.submit_apart(ex, [{"op": "forward", "x": same}] * 2,
+                         [{"op": "forward", "x": moved}] * 2)
+    mine, theirs = ctx.collect_apart()
+    (same1, same2), (moved1, moved2) = (_outputs(ex, [same] * 2, mine),
+                                        _outputs(ex, [moved] * 2, theirs))
+    _finite("window", "forward", same1, moved1)
     allowed = tol.K * _jitter((same1, same2), (moved1, moved2))
     notes = []
     for i, p in enumerate(spots):
@@ -1165,14 +1303,16 @@ def _rank_fault(answers: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def _sharded_yardsticks(ex: Example, x: Tensor, cotangent: Tensor, kind: str, layout: str,
-                        ) -> tuple[float, float, float]:
+                        weights: Mapping[str, Tensor] | None = None,
+                        ) -> tuple[float, float, float, tuple[Tensor, Tensor]]:
     """How far a correctly sharded computation in the example's dtype lands from float64, for
     the output, the input gradient and the weight gradients: the larger of the reference's and
-    the simulated sharded reference's errors, on attnspec's own weights."""
+    the simulated sharded reference's errors, on `weights` (attnspec's own by default); and the
+    float64 reference's output and input gradient there."""
     from ._sharding import cp_reference, tp_reference
 
     spec = ex.attention
-    weights = _reference_weights(ex)
+    weights = _reference_weights(ex) if weights is None else _cast(weights, torch.float64, "cpu")
     dtype = x.dtype
 
     def run(fn: Callable[..., Tensor], dt: torch.dtype) -> tuple[Tensor, Tensor, list[Tensor]]:
@@ -1197,7 +1337,7 @@ def _sharded_yardsticks(ex: Example, x: Tensor, cotangent: Tensor, kind: str, la
         grad_yard = max(grad_yard, tol.max_abs_diff(gx, gold[1])[0])
         weight_yard = max([weight_yard, *(tol.max_abs_diff(a, b)[0]
                                           for a, b in zip(gw, gold[2], strict=True))])
-    return out_yard, grad_yard, weight_yard
+    return out_yard, grad_yard, weight_yard, (gold[0], gold[1])
 
 
 def _close(what: str, got: Tensor, want: Tensor, own: float, yard: float, ex: Example,
@@ -1228,10 +1368,18 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
     gang.submit([{"build": build, "steps": [{"op": "sharded_grad", "x": x[:, idx],
                                               "cotangent": cotangent[:, idx]}]}
                  for idx in held])
-    ctx.submit(ex, [{"op": "grad", "x": x, "cotangent": cotangent, "params": True}])
+    # With exports, the golden on the exported weights too: the unsharded run made beside the
+    # ranks is the subject's, and its process can see the ranks and copy their error.
+    export = bool(getattr(getattr(ctx.executor, "info", None), "has_export", False))
+    ctx.submit(ex, [*([{"op": "export"}] if export else []),
+                    {"op": "grad", "x": x, "cotangent": cotangent, "params": True}])
     claimed = getattr(getattr(ctx.executor, "info", None), "dtypes", None)
+    golden: tuple[float, float, float, tuple[Tensor, Tensor]] | None = None
     try:
-        (mine,) = ctx.collect()
+        *exported, mine = ctx.collect()
+        if exported:
+            golden = _sharded_yardsticks(ex, x, cotangent, kind, layout,
+                                         _checked_weights(exported[0], ex))
         own64 = None  # the subject's own float64 run: how far this dtype's rounding takes it
         if ex.dtype != "float64" and (claimed is None or "float64" in claimed):
             (own64,) = ctx.request(dataclasses.replace(ex, dtype="float64"), [
@@ -1319,6 +1467,26 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
             found = _close(what, got, mine[key], own, yard, ex)
             if found is not None:
                 return failure(what.capitalize() if key == "out" else what, r, found)
+    if golden is not None:
+        for key, what, yard, want in (("out", "the output", golden[0], golden[3][0]),
+                                      ("grad_x", "d(output)/d(input)", golden[1], golden[3][1])):
+            for r, got in assembled(key):
+                err, index = tol.max_abs_diff(got, want)
+                allowed = tol.allowed(yard, ex.dtype, float(want.abs().max()))
+                if err > allowed:
+                    beside = tol.max_abs_diff(mine[key], want)[0]
+                    wrong = failure(what.capitalize() if key == "out" else what, r,
+                                    (err, allowed, index))
+                    wrong.message = (
+                        wrong.message.split(" differs from ")[0] + " differs from the reference "
+                        f"on the subject's exported weights by {err:.3g}, allowed {allowed:.3g} "
+                        f"({tol.K:g} x the reference's and the simulated sharded reference's "
+                        f"own error in {ex.dtype} + floor){_at(index)}, though it matches the "
+                        "unsharded module's run made beside the ranks"
+                        + (f" (itself {beside:.3g} off)" if beside > allowed else "")
+                        + ": a sharded result must be attention's, whatever the unsharded "
+                        "module gives while the ranks run.")
+                    return wrong
     notes: list[str] = []
     for name, want in mine["params"].items():
         if want is None:
@@ -1472,10 +1640,17 @@ PROPERTY_IDS: tuple[str, ...] = tuple(p.id for p in PROPERTIES)
 BY_ID: dict[str, Property] = {p.id: p for p in PROPERTIES}
 
 
+# The properties whose self-comparisons are split between a worker and its twin.
+TWINNED = frozenset({"causality", "batch_independence", "decode", "padding_invariance",
+                     "masked_rows", "causal_corner", "relative_position"})
+
+
 def run_check(executor: Executor, prop: str, ex: Example,
-              gangs: Callable[[int], Gang] | None = None) -> Outcome:
-    """Run one property on one example; the subject's faults become `error` outcomes."""
-    ctx = Context(executor, gangs)
+              gangs: Callable[[int], Gang] | None = None,
+              twin: Callable[[], Executor | None] | None = None) -> Outcome:
+    """Run one property on one example; the subject's faults become `error` outcomes. `twin`
+    gives the second process the self-comparisons use (None: in process, no second one)."""
+    ctx = Context(executor, gangs, twin)
     try:
         outcome = BY_ID[prop].check(ctx, ex)
     except SubjectFault as fault:
