@@ -189,3 +189,27 @@ def test_a_subject_writing_into_the_socket_is_a_crash_within_the_timeout(
         Worker(str(FAULTY / "writes_to_socket.py"), timeout=1.0)
     assert time.monotonic() - start < 20
 
+
+
+def test_a_strided_tensors_copy_outlives_its_encoding() -> None:
+    # encode's pieces view the memory of the dense copy of a strided tensor: were the copy
+    # freed before the join, other tensors would reuse its memory (values of 1e30 came back).
+    gc.disable()
+    try:
+        x = torch.randn(64, 32).t()
+        for _ in range(20):
+            [torch.randn(64, 32) for _ in range(4)]
+            assert torch.equal(decode(encode({"out": x}))["out"], x)
+    finally:
+        gc.enable()
+
+
+def test_an_export_of_a_spec_wider_than_its_residual_is_sent_whole() -> None:
+    # q is (H·D, C): with head_dim, H·D may exceed C, and C² alone bounded it too tightly.
+    from attnspec._properties import Context, Example
+    from attnspec._spec import AttentionSpec
+
+    ex = Example(B=1, T=2, C=16, H=8, seed=1, spec=AttentionSpec(16, 8, head_dim=64))
+    (result,) = Context(InProcess("attnspec.subjects.variants")).request(ex, [{"op": "export"}])
+    assert result["weights"]["q_weight"].shape == (512, 16)
+    assert result["weights"]["q_weight"].device.type == "cpu"

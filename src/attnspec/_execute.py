@@ -59,7 +59,7 @@ class Executed:
     module: torch.nn.Module | None = None
     device: str = "cpu"
     mesh: Any = None  # a rank's device mesh, handed to the sharding hooks
-    n_embd: int = 0  # C of the module built last: it bounds exports and parameter gradients
+    n_embd: int = 0  # bound_width of the module built last: it bounds exports and gradients
 
 
 def tensor_limit(numel: int) -> int:
@@ -72,12 +72,23 @@ def _params_limit(n_embd: int) -> int:
     return _PARAMS * n_embd * n_embd + (1 << 20)
 
 
+def bound_width(build: Mapping[str, Any]) -> int:
+    """The width that bounds a built module's exports and parameter gradients: C, or the q and
+    o width H·D where a spec's head_dim makes it wider (its weights are (H·D, C))."""
+    width = int(build["n_embd"])
+    spec = build.get("spec")
+    if isinstance(spec, Mapping) and spec.get("head_dim") is not None:
+        width = max(width, int(spec.get("n_head", 1)) * int(spec["head_dim"]))
+    return width
+
+
 def answer_limit(request: Mapping[str, Any], n_embd: int) -> int:
-    """The most bytes the answer to `request` can take, its module of width `n_embd` unless
-    the request builds one: what the runner reads, and the worker sends, at most."""
+    """The most bytes the answer to `request` can take, its module of width `n_embd`
+    (`bound_width`) unless the request builds one: what the runner reads, and the worker
+    sends, at most."""
     build = request.get("build")
     if isinstance(build, Mapping) and build.get("n_embd") is not None:
-        n_embd = int(build["n_embd"])
+        n_embd = bound_width(build)
     elements = 0
     for step in request.get("steps", ()):
         x = step.get("x")
@@ -149,7 +160,7 @@ def _shown(value: Any) -> str:
 def _build(state: Executed, spec: Mapping[str, Any]) -> None:
     C, H = int(spec["n_embd"]), int(spec["n_head"])
     dtype, device = dtype_from_name(spec["dtype"]), str(spec["device"])
-    state.module, state.device, state.n_embd = None, device, C
+    state.module, state.device, state.n_embd = None, device, bound_width(spec)
     reset_torch_state()
     args: tuple[Any, ...] = (C, H)
     call = f"build({C}, {H})"
@@ -284,8 +295,8 @@ def _param_grads(state: Executed, params: Sequence[tuple[str, Tensor]],
     total, limit = sum(p.numel() for _, p in params), _params_limit(state.n_embd)
     if total > limit:
         raise _Fault(f"the module's {len(params)} parameters hold {total} elements, more than "
-                     f"the {limit} (64 x C² + 2^20, C={state.n_embd}) whose gradients attnspec "
-                     "takes back; their gradients were not sent.")
+                     f"the {limit} (64 x W² + 2^20, W={state.n_embd}: C or H·D) whose gradients "
+                     "attnspec takes back; their gradients were not sent.")
     return {n: None if g is None else _sendable(f"d(output)/d({n})", g)
             for (n, _), g in zip(params, grads, strict=True)}
 

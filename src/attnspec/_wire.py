@@ -73,8 +73,9 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _bytes_of(t: torch.Tensor) -> memoryview:
-    """A view of a dense CPU tensor's bytes (no copy, no numpy); `t` must outlive it."""
+    """A view of a dense CPU tensor's bytes (no copy, no numpy), which keeps `t` alive."""
     raw = (ctypes.c_ubyte * (t.numel() * t.element_size())).from_address(t.data_ptr())
+    raw._tensor = t  # type: ignore[attr-defined]  # from_address alone would not: use after free
     return memoryview(raw).cast("B")
 
 
@@ -122,7 +123,8 @@ def pack(value: Any) -> Message:
 
 def encode(value: Any) -> bytes:
     """`pack`'s message as one bytes object (for small messages and tests)."""
-    return b"".join(pack(value).pieces)
+    message = pack(value)  # held while joined: its pieces view its tensors' memory
+    return b"".join(message.pieces)
 
 
 def decode(data: bytes | bytearray) -> Any:
