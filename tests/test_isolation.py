@@ -151,3 +151,23 @@ def test_sweep_kills_detached_processes_and_leaves_the_callers_own(tmp_path: Pat
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "False", "True", "1", "False"], done.stdout
+
+
+@linux
+@pytest.mark.slow
+def test_the_api_leaves_the_callers_process_as_it_found_it() -> None:
+    # A subreaper that outlived the run would keep, as zombies, the orphans of whatever the
+    # caller starts next (a pytest process's later subprocesses, say).
+    script = textwrap.dedent("""
+        import attnspec
+        from attnspec._isolation import is_dumpable, is_subreaper
+
+        report = attnspec.verify("attnspec.subjects.reference", only="width", max_examples=2,
+                                 database=False)
+        print(report.ok, report.header["isolation"]["subreaper"], is_subreaper(),
+              is_dumpable())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "False", "True"], done.stdout

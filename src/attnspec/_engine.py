@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ._errors import ConfigError, TargetError, UsageError
-from ._isolation import become_subreaper, children, is_dumpable, resolve_worker_user, sweep
+from ._isolation import (
+    become_subreaper,
+    children,
+    is_dumpable,
+    is_subreaper,
+    resolve_worker_user,
+    stop_subreaper,
+    sweep,
+)
 from ._options import (
     MAX_HEAD_DIM,
     MAX_HEADS,
@@ -305,6 +313,7 @@ class Session:
         self.sizes = sizes
         # The subject's detached processes are re-parented here and killed at close; the
         # children this process had before are the caller's and are left alone.
+        self._was_subreaper = is_subreaper()  # the CLI's runner is one already, for good
         self.subreaper = become_subreaper()
         self._own_children = set(children())
         self.swept: int | None = None  # how many detached processes close() killed
@@ -332,6 +341,8 @@ class Session:
         except BaseException:  # a TARGET that fails to load may have detached processes too
             if self.subreaper:
                 sweep(self._own_children)
+                if not self._was_subreaper:
+                    stop_subreaper()
             raise
         # Ranks for sharded examples, per world size: started at the first such example, kept
         # for the run (a start costs seconds), always processes (they load TARGET by name).
@@ -412,6 +423,8 @@ class Session:
         # What the subject detached from its group (setsid) was re-parented here: end it too.
         if self.subreaper and self.swept is None:
             self.swept = sweep(self._own_children)
+            if not self._was_subreaper:
+                stop_subreaper()
 
     def _start_twin(self) -> None:
         """Start loading the twin worker in a thread (a start is about 1.7 s of CPU, spent

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = ["WorkerUser", "become_subreaper", "children", "is_dumpable", "is_subreaper",
-           "make_undumpable", "resolve_worker_user", "sweep"]
+           "make_undumpable", "resolve_worker_user", "stop_subreaper", "sweep"]
 
 _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
@@ -63,6 +63,12 @@ def become_subreaper() -> bool:
 
 def is_subreaper() -> bool:
     return _prctl(_PR_GET_CHILD_SUBREAPER) == 1
+
+
+def stop_subreaper() -> None:
+    """Adopt no more orphans: a caller's process (the API, the plugin) would otherwise keep, as
+    zombies, the orphans of processes it starts after the run (it never waits for them)."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 0)
 
 
 def make_undumpable() -> bool:

@@ -209,8 +209,10 @@ class Executor(Protocol):
 def _end_everything() -> None:
     """Kill what the subject started: the processes it detached from the group (adopted here,
     this worker being a subreaper), then the group, this process included."""
-    sweep(own_session=True, seconds=2.0)
-    os.killpg(os.getpgid(0), signal.SIGKILL)
+    try:
+        sweep(own_session=True, seconds=2.0)
+    finally:  # whatever happened there, the group goes
+        os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def _watch_parent(parent: int) -> None:
