@@ -171,3 +171,17 @@ def test_the_api_leaves_the_callers_process_as_it_found_it() -> None:
                           timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "False", "True"], done.stdout
+
+
+@linux
+def test_the_cli_called_in_process_leaves_its_process_as_it_found_it() -> None:
+    script = textwrap.dedent("""
+        from attnspec._cli import main
+        from attnspec._isolation import is_dumpable, is_subreaper
+
+        code = main(["verify", "tests/faulty/targets/missing.py"])
+        print(code, is_subreaper(), is_dumpable())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.stdout.split() == ["2", "False", "True"], (done.stdout, done.stderr)

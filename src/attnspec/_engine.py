@@ -313,10 +313,6 @@ class Session:
         self.sizes = sizes
         # The subject's detached processes are re-parented here and killed at close; the
         # children this process had before are the caller's and are left alone.
-        self._was_subreaper = is_subreaper()  # the CLI's runner is one already, for good
-        self.subreaper = become_subreaper()
-        self._own_children = set(children())
-        self.swept: int | None = None  # how many detached processes close() killed
         self.user = (resolve_worker_user(options.worker_user)
                      if options.worker_user is not None else None)
         if self.user is not None and not isolate:
@@ -324,6 +320,10 @@ class Session:
                              reason="the subject runs in this process (a Python object as "
                                     "TARGET, or isolate=False), so it cannot run as another "
                                     "user; give a TARGET string.")
+        self._was_subreaper = is_subreaper()  # the CLI's runner is one already, for the run
+        self.subreaper = become_subreaper()
+        self._own_children = set(children())
+        self.swept: int | None = None  # how many detached processes close() killed
         self._twin_process: Any = None  # the twin's process until it is loaded
         # Started beside the worker's (the worker adopts the last); not for another user,
         # whose workers are spawned as that user when they start.

@@ -27,8 +27,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["WorkerUser", "become_subreaper", "children", "is_dumpable", "is_subreaper",
-           "make_undumpable", "resolve_worker_user", "stop_subreaper", "sweep"]
+__all__ = ["WorkerUser", "become_subreaper", "children", "harden_runner", "is_dumpable",
+           "is_subreaper", "make_undumpable", "resolve_worker_user", "restore_runner",
+           "stop_subreaper", "sweep"]
 
 _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
@@ -74,6 +75,24 @@ def stop_subreaper() -> None:
 def make_undumpable() -> bool:
     """Close /proc/PID/{mem,fd,environ} and ptrace to same-user processes that are not root."""
     return _prctl(_PR_SET_DUMPABLE, 0) == 0
+
+
+def harden_runner() -> tuple[bool, bool | None]:
+    """Make this process undumpable and a subreaper; what it was before, for `restore_runner`."""
+    before = (is_subreaper(), is_dumpable())
+    make_undumpable()
+    become_subreaper()
+    return before
+
+
+def restore_runner(before: tuple[bool, bool | None]) -> None:
+    """Undo `harden_runner` once the run is over (its subject's processes are dead by then):
+    `attnspec.cli.main` may be called inside a longer-lived process, a test run's say."""
+    subreaper, dumpable = before
+    if not subreaper:
+        stop_subreaper()
+    if dumpable:
+        _prctl(_PR_SET_DUMPABLE, 1)
 
 
 def is_dumpable() -> bool | None:

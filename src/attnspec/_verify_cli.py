@@ -297,7 +297,12 @@ def _header(session_header: dict[str, Any], target: str) -> str:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from ._isolation import harden_runner, restore_runner
+
     out, err = _SafeStream(sys.stdout), _SafeStream(sys.stderr)
+    # Before any subject code runs: no same-user process (unless root) may ptrace this one or
+    # open its /proc/PID/{mem,fd,environ}, and whatever the subject detaches is adopted here.
+    before = harden_runner()
     try:
         with _signals_interrupt() as stop:
             try:
@@ -310,17 +315,13 @@ def run_verify(args: argparse.Namespace) -> int:
     finally:
         out.flush()
         err.flush()
+        restore_runner(before)
 
 
 def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
                 stop: _Stop) -> int:
-    from ._isolation import become_subreaper, make_undumpable
     from ._spawn import prestart
 
-    # Before any subject code runs: no same-user process (unless root) may ptrace this one or
-    # open its /proc/PID/{mem,fd,environ}, and whatever the subject detaches is adopted here.
-    make_undumpable()
-    become_subreaper()
     if args.worker_user is None:  # a worker for another user starts with the session
         prestart()  # the worker imports torch while this process does (two cores, half the wait)
     from ._engine import FRONT_END_FLAGS, verify
