@@ -151,3 +151,16 @@ def test_what_the_twin_saw_in_one_property_does_not_fool_another() -> None:
     run_check(mine, "batch_independence", EXAMPLE, twin=lambda: theirs)
     outcome = run_check(mine, "causality", EXAMPLE, twin=lambda: theirs)
     assert outcome.kind == "fail" and "leaks into the past" in outcome.message, outcome
+
+
+@pytest.mark.slow
+def test_the_quick_pass_starts_no_twin_and_the_full_pass_does() -> None:
+    # A rejection in verify's quick pass costs no second worker (1.7 s of CPU on 2 cores).
+    from attnspec._engine import Session
+    from attnspec._options import RunOptions
+
+    with Session("attnspec.subjects.reference", RunOptions(database=False, seed=1)) as session:
+        assert session.run("causality", max_examples=3, stream="quick").verdict == "pass"
+        assert session._twin_loading is None and session._twin is None
+        assert session.run("causality", max_examples=4).verdict == "pass"
+        assert session._twin_loading is not None  # started (it loads in a thread)
