@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _reports import first_verdict_written
 
 from attnspec._cli import main
 from attnspec._errors import UsageError
@@ -331,14 +332,7 @@ def test_stop_signal_writes_an_interrupted_report(tmp_path: Path, signum: int) -
                 "--only", "width,dtype,determinism", "--report", str(path)),
         cwd=HERE.parent, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # the report is written from the start: its first verdict
-        try:
-            if json.loads(path.read_text())["properties"][0]["verdict"] != "not_run":
-                break
-        except (OSError, ValueError):  # not there yet, or between writes
-            pass
-        time.sleep(0.2)
+    first_verdict_written(path)  # the report is written from the start
     time.sleep(1.0)  # into the second property's examples
     below = _descendants(process.pid)
     assert below, "the worker should be running below the runner"

@@ -59,7 +59,11 @@ def _why_nobody_cannot_run() -> str | None:
 
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
-    """A folder every user may read and write, holding the tampering subject."""
+    """A folder every user may read and write, holding the tampering subject; skips where this
+    root process cannot run attnspec as user nobody."""
+    why = _why_nobody_cannot_run()
+    if why:
+        pytest.skip(why)
     folder = Path(tempfile.mkdtemp(prefix="attnspec-isolation-"))
     folder.chmod(0o777)
     for name in ("tampers.py", "_base.py"):
@@ -90,9 +94,6 @@ def test_the_cli_runner_is_hardened_and_prints_the_reports_digest(tmp_path: Path
 @linux
 @pytest.mark.slow
 def test_a_subject_of_the_same_non_root_user_cannot_reach_the_runner(shared_dir: Path) -> None:
-    why = _why_nobody_cannot_run()
-    if why:
-        pytest.skip(why)
     done = _cli("tampers.py", "--only", "width", cwd=shared_dir, user="nobody")
     assert done.returncode == 0, done.stderr
     assert "FORGED" not in done.stdout, done.stdout
@@ -102,9 +103,6 @@ def test_a_subject_of_the_same_non_root_user_cannot_reach_the_runner(shared_dir:
 @linux
 @pytest.mark.slow
 def test_a_root_runner_can_run_the_worker_as_another_user(shared_dir: Path) -> None:
-    why = _why_nobody_cannot_run()
-    if why:
-        pytest.skip(why)
     report = shared_dir / "report.json"
     done = _cli("tampers.py", "--only", "width", "--worker-user", "nobody", "--report",
                 str(report), cwd=shared_dir)

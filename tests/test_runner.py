@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _reports import first_verdict_written
 
 import attnspec
 from attnspec._engine import select_properties
@@ -361,18 +362,6 @@ def _ctrl_c_answered() -> None:
     """In the child: Ctrl-C as on a terminal, even where pytest runs as a background job (which
     starts with SIGINT ignored, and a child inherits that)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def first_verdict_written(path: Path) -> None:
-    """Wait until the report (written from the start, status running) has a first verdict."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if json.loads(path.read_text())["properties"][0]["verdict"] != "not_run":
-                return
-        except (OSError, ValueError):  # not there yet, or between writes
-            pass
-        time.sleep(0.2)
 
 
 def test_ctrl_c_writes_a_partial_report(tmp_path: Path) -> None:
