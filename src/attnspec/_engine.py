@@ -48,6 +48,7 @@ from ._options import (
 )
 from ._properties import BY_ID, PROPERTY_IDS, TWINNED, Example, Outcome, run_check
 from ._report import Progress, PropertyResult, Report, check_report_path, progress_printer
+from ._spawn import Spawned, spawn
 from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
 from ._subject import check_variants, clip, default_dtypes
 from ._worker import Executor, InProcess, SubjectCrash, Worker
@@ -324,16 +325,11 @@ class Session:
         self.subreaper = become_subreaper()
         self._own_children = set(children())
         self.swept: int | None = None  # how many detached processes close() killed
-        self._twin_process: Any = None  # the twin's process until it is loaded
-        # Started beside the worker's (the worker adopts the last); not for another user,
-        # whose workers are spawned as that user when they start.
+        # The twin's process, started here or when it is first needed, for its Worker to adopt;
+        # not for another user, whose workers are spawned as that user when they start.
+        self._twin_spawned: Spawned | None = None
         if isolate and twin_ahead and self.user is None:
-            from ._spawn import _waiting, spawn
-
-            if not _waiting:
-                _waiting.append(spawn())
-            _waiting.insert(0, spawn())
-            self._twin_process = _waiting[0][0]
+            self._twin_spawned = spawn()
         try:
             self.executor: Executor = (Worker(target, timeout=options.timeout, sizes=sizes,
                                               user=self.user)
@@ -400,22 +396,16 @@ class Session:
         gangs, self._gangs = list(self._gangs.values()), {}
         for gang in gangs:
             gang.close()
-        if self._twin_loading is not None and self._twin_loading.is_alive():
-            if self._twin_process is not None:  # another user's twin is its Worker's to spawn
-                try:  # a run that ends (-x, a failure) before the twin is needed does not wait
-                    os.killpg(self._twin_process.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            self._twin_loading.join()
-        elif self._twin_loading is None and self._twin_process is not None:
-            from ._spawn import _waiting
-
-            for spawned in [w for w in _waiting if w[0] is self._twin_process]:
-                _waiting.remove(spawned)  # started ahead, never needed
+        spawned, self._twin_spawned = self._twin_spawned, None
+        if spawned is not None and (self._twin_loading is None or self._twin_loading.is_alive()):
+            # Never needed, or a run that ends (-x, a failure) while it loads: no waiting.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(spawned[0].pid, signal.SIGKILL)
+            spawned[0].wait()
+            if self._twin_loading is None:
                 spawned[1].close()
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(spawned[0].pid, signal.SIGKILL)
-                spawned[0].wait()
+        if self._twin_loading is not None:
+            self._twin_loading.join()
         twin, self._twin = self._twin, None
         if twin is not None:
             twin.close()
@@ -430,15 +420,8 @@ class Session:
         """Start loading the twin worker in a thread (a start is about 1.7 s of CPU, spent
         beside the quick pass), once."""
         if self.isolated and self._twin_loading is None:
-            from ._spawn import _waiting, spawn
-
-            if self.user is not None:  # its Worker spawns it as that user
-                pass
-            elif not any(w[0] is self._twin_process for w in _waiting):  # none started ahead
-                _waiting.append(spawn())
-                self._twin_process = _waiting[-1][0]
-            else:  # the one started ahead goes last in line, where the twin's Worker takes it
-                _waiting.sort(key=lambda w: w[0] is self._twin_process)
+            if self._twin_spawned is None and self.user is None:  # another user's: its Worker's
+                self._twin_spawned = spawn()
             self._twin_loading = threading.Thread(target=self._load_twin, daemon=True,
                                                   name="attnspec-twin")
             self._twin_loading.start()
@@ -447,7 +430,7 @@ class Session:
         assert self._rank_target is not None
         try:
             self._twin = Worker(self._rank_target, timeout=self.timeout, sizes=self.sizes,
-                                user=self.user)
+                                user=self.user, spawned=self._twin_spawned)
         except TargetError as error:  # it loaded once already: the subject's doing
             self._twin_error = (f"the second worker, which runs one side of each "
                                 f"self-comparison, could not be started: {error}")

@@ -29,7 +29,7 @@ from ._errors import TargetError
 from ._execute import Executed, answer_bool, answer_limit, execute
 from ._isolation import WorkerUser, become_subreaper, sweep
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
-from ._spawn import spawn, take
+from ._spawn import Spawned, spawn, take
 from ._subject import Subject, fault_text
 from ._wire import Channel, FrameError, WireError, decode, encode, pack, read_frame, write_frame
 
@@ -434,9 +434,10 @@ class Worker:
     def __init__(self, target: str, *, timeout: float = 30.0,
                  start_timeout: float = 300.0,
                  sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM, MAX_WIDTH),
-                 user: WorkerUser | None = None) -> None:
+                 user: WorkerUser | None = None, spawned: Spawned | None = None) -> None:
         self.target = target
         self.user = user  # the account the worker runs under (a root runner's option)
+        self._spawned = spawned  # a process the caller started ahead, for the first start
         self.sizes = sizes  # (max_heads, max_head_dim, max_width): the grid `supports` is asked
         self.timeout = timeout
         self.start_timeout = start_timeout
@@ -459,7 +460,9 @@ class Worker:
     def _start(self) -> SubjectInfo:
         # The first start adopts a worker `attnspec verify` started ahead, if there is one.
         # A worker for another user is never the one started ahead (that one is the runner's).
-        process, sock = (self.restarts < 0 and self.user is None and take()) or spawn(self.user)
+        given, self._spawned = self._spawned, None
+        process, sock = given or (self.restarts < 0 and self.user is None and take()) or spawn(
+            self.user)
         conn = Channel(sock)
         self._process, self._conn = process, conn
         self.restarts += 1
