@@ -620,7 +620,12 @@ def test_the_workers_idle_openmp_threads_sleep_unless_the_user_says_otherwise(
         monkeypatch.setenv("OMP_WAIT_POLICY", user_policy)
     process, conn = _spawn.spawn()
     try:
-        environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+        # Popen returns once exec has begun; the new image's environment is set up a moment
+        # later, and until then /proc/PID/environ reads empty (seen once in CI's fresh clone).
+        deadline = time.monotonic() + 10
+        while not (environ := Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+                   )[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
