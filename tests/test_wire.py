@@ -54,11 +54,17 @@ def test_a_message_holds_no_reference_cycle() -> None:
         gc.enable()
 
 
-def test_decoded_tensors_share_one_buffer_and_keep_their_alignment() -> None:
-    value = {"a": torch.arange(3, dtype=torch.uint8), "b": torch.randn(5, dtype=torch.float64)}
-    back = decode(bytearray(encode(value)))
-    assert back["b"].data_ptr() % 8 == 0 and torch.equal(back["b"], value["b"])
-    assert back["b"].data_ptr() - back["a"].data_ptr() == 8  # one buffer: a, padding, b
+def test_decoded_tensors_start_at_64_byte_boundaries_whatever_the_frame() -> None:
+    # BLAS rounds by the input's alignment (AMD EPYC: nn.Linear 8 bytes off gives other bits),
+    # so a tensor must not inherit its offset in the frame: identical calls get identical bits.
+    for head in range(1, 9):  # keys of other lengths move the tensor within the frame
+        value = {"k" * head: torch.arange(3, dtype=torch.uint8),
+                 "b": torch.randn(5, dtype=torch.float64)}
+        frame = bytearray(encode(value))
+        back = decode(frame)
+        assert back["b"].data_ptr() % 64 == 0 and torch.equal(back["b"], value["b"])
+        frame[-1] ^= 0xFF  # its own memory: the frame's bytes are no longer its
+        assert torch.equal(back["b"], value["b"])
 
 
 def test_a_withheld_tensor_arrives_as_its_shape_and_dtype() -> None:

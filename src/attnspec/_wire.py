@@ -128,8 +128,8 @@ def encode(value: Any) -> bytes:
 
 
 def decode(data: bytes | bytearray) -> Any:
-    """The value `pack` wrote, with CPU tensors that share `data`'s memory (bytes are copied
-    once into a bytearray); WireError if the bytes are not one."""
+    """The value `pack` wrote, with CPU tensors of their own (64-byte aligned); WireError if
+    the bytes are not one."""
     buffer = data if isinstance(data, bytearray) else bytearray(data)
     try:
         (length,) = _HEAD.unpack_from(buffer, 0)
@@ -174,7 +174,11 @@ def _tensor(entry: dict[str, Any], buffer: bytearray, offset: int) -> torch.Tens
     if dtype == torch.bool:  # any byte but 0 and 1 is no bool: read as bytes, compared
         return torch.frombuffer(buffer, dtype=torch.uint8, count=numel,
                                 offset=offset).ne(0).reshape(shape)
-    return torch.frombuffer(buffer, dtype=dtype, count=numel, offset=offset).reshape(shape)
+    # A copy, at the allocator's 64-byte alignment: BLAS rounds by the address's alignment (an
+    # nn.Linear on the same values 8 bytes off gives other bits), so identical calls must get
+    # identically aligned inputs, wherever the frame put them.
+    return torch.frombuffer(buffer, dtype=dtype, count=numel, offset=offset).reshape(
+        shape).clone()
 
 
 def _fill(item: Any, tensors: list[torch.Tensor]) -> Any:

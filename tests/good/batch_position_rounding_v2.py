@@ -4,7 +4,7 @@ applies to a spec (window among them) must pass it."""
 
 from __future__ import annotations
 
-from batch_position_rounding import nudge_by_position
+from batch_position_rounding import nudge_by_position, nudge_if_unaligned
 from torch import Tensor, nn
 
 from attnspec import AttentionSpec, SpecAttention
@@ -21,7 +21,7 @@ class PositionRoundingV2(nn.Module):
         self.inner = SpecAttention(spec)
 
     def forward(self, x: Tensor) -> Tensor:
-        return nudge_by_position(self.inner(x))
+        return nudge_if_unaligned(nudge_by_position(self.inner(x)), x)
 
 
 def build(spec: AttentionSpec) -> PositionRoundingV2:
