@@ -26,7 +26,9 @@ DOUBLE = "batch_position_rounding"
 TARGETS = {**{name: f"attnspec.subjects.{name}" for name in BUILTIN},
            DOUBLE: str(ROOT / "tests" / "good" / f"{DOUBLE}.py"),
            f"{DOUBLE}_v2": str(ROOT / "tests" / "good" / f"{DOUBLE}_v2.py"),
-           "sharded_rounding": str(ROOT / "tests" / "good" / "_sharded_rounding.py")}
+           "sharded_rounding": str(ROOT / "tests" / "good" / "_sharded_rounding.py"),
+           # Trained size (q and k x4; ATTNSPEC_TRAINED_FACTOR=8 for x8), by name only.
+           "trained_scale_v2": str(ROOT / "tests" / "good" / "trained_scale_v2.py")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -167,6 +167,8 @@ class _Coverage:
         for key in ("dtype", "device"):
             seen = self.counts.setdefault(key, {})
             seen[getattr(ex, key)] = seen.get(getattr(ex, key), 0) + 1
+        seen = self.counts.setdefault("input_scale", {})  # trained scales: peaked rows drawn
+        seen[f"{ex.scale:g}"] = seen.get(f"{ex.scale:g}", 0) + 1
         if ex.world:  # sharded examples: how many ran on each number of ranks
             seen = self.counts.setdefault("world", {})
             seen[str(ex.world)] = seen.get(str(ex.world), 0) + 1

@@ -257,7 +257,9 @@ def sharded_examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]], max
             T = draw(seq_lengths(max_value=longest))
         spec = draw(by_world[W])
         return Example(B=B, T=T, C=spec.n_embd, H=spec.n_head, dtype=dtype, device="cpu",
-                       seed=draw(st.integers(0, 2**31 - 1)), spec=spec, world=W)
+                       seed=draw(st.integers(0, 2**31 - 1)), spec=spec, world=W,
+                       scale=draw(st.sampled_from(prop.input_scales))
+                       if len(prop.input_scales) > 1 else prop.input_scales[0])
 
     return draw()
 
@@ -294,7 +296,7 @@ def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
     batch_st = batch_sizes(min_value=prop.min_batch)
     seq_st = seq_lengths(max_value=max_seq)
     wide_seq = min(max_seq, max(9, max_seq // 8))
-    scale_st = st.sampled_from((1.0, 4.0))
+    scale_st = st.sampled_from(prop.input_scales)  # shrinks to the first, 1
     seed_st = st.integers(0, 2**31 - 1)
 
     @st.composite
@@ -320,7 +322,8 @@ def examples(prop: Property, *, dtypes: Mapping[str, Sequence[str]],
             T = draw(st.integers(W + 1, max(W + 1, longest)) if W is not None and W < max_seq
                      else seq_lengths(max_value=longest))
         cuts = draw(cut_points(T)) if prop.uses_cuts else ()
-        scale = draw(scale_st) if prop.scaled_inputs else 1.0
+        # One scale is no draw: the choice sequences (saved examples) stay as they were.
+        scale = draw(scale_st) if len(prop.input_scales) > 1 else prop.input_scales[0]
         return Example(B=B, T=T, C=C, H=H, dtype=dtype, device=device, seed=draw(seed_st),
                        cuts=cuts, scale=scale, spec=spec)
 
