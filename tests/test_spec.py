@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnspec import ALiBi, AttentionSpec, ConfigError, DivisibilityError, RoPE
+from attnspec import ALiBi, AttentionSpec, ConfigError, DivisibilityError, QKNorm, RoPE
 from attnspec._reference import CausalSelfAttention, reference_attention
 from attnspec._spec import alibi_slopes
 from attnspec._variants import SpecAttention, spec_attention
@@ -163,11 +163,24 @@ def test_spec_attention_module_builds_from_a_spec_and_exports_v2_shapes() -> Non
     ({"n_embd": 16, "n_head": 4, "window": 0}, ConfigError, "window=0; window must be >= 1"),
     ({"n_embd": 16, "n_head": 4, "softcap": -1.0}, ConfigError, "softcap=-1.0"),
     ({"n_embd": 16, "n_head": 4, "positions": "rope"}, ConfigError, "attnspec.RoPE(...)"),
+    ({"n_embd": 16, "n_head": 4, "qk_norm": "rms"}, ConfigError,
+     "qk_norm='rms'; it must be None or attnspec.QKNorm("),
 ])
 def test_an_impossible_spec_fails_at_construction_saying_why(
         kwargs: dict[str, object], error: type[Exception], says: str) -> None:
     with pytest.raises(error) as raised:
         AttentionSpec(**kwargs)  # type: ignore[arg-type]
+    assert says in str(raised.value)
+
+
+@pytest.mark.parametrize(("kwargs", "says"), [
+    ({"kind": "l2"}, "kind='l2'; it must be 'rms' (RMSNorm: Qwen3, Gemma3, OLMo2) or 'layer'"),
+    ({"eps": 0.0}, "Invalid QKNorm: eps=0.0; it must be a finite number > 0."),
+    ({"per_head": 1}, "per_head=1; it must be a bool"),
+])
+def test_an_impossible_qk_norm_fails_saying_why(kwargs: dict[str, object], says: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        QKNorm(**kwargs)  # type: ignore[arg-type]
     assert says in str(raised.value)
 
 
@@ -179,7 +192,9 @@ def test_head_dim_lifts_the_divisibility_rule() -> None:
 @pytest.mark.parametrize("spec", [
     AttentionSpec(16, 4), AttentionSpec(16, 4, n_kv_head=1, window=3, softcap=30.0),
     AttentionSpec(10, 3, head_dim=4, scale=0.5, bias=False, positions=ALiBi()),
-    AttentionSpec(32, 4, positions=RoPE(theta=1e6, fraction=0.5, interleaved=True))])
+    AttentionSpec(32, 4, positions=RoPE(theta=1e6, fraction=0.5, interleaved=True)),
+    AttentionSpec(16, 4, n_kv_head=2, qk_norm=QKNorm()),
+    AttentionSpec(16, 4, qk_norm=QKNorm(kind="layer", eps=1e-5, per_head=False))])
 def test_spec_round_trips_through_json(spec: AttentionSpec) -> None:
     assert AttentionSpec.from_json(spec.to_json()) == spec
 
@@ -281,3 +296,162 @@ def test_a_key_too_light_to_show_in_bfloat16_is_no_window_violation() -> None:
     window = report.result("window")
     assert window.verdict == "pass", window
     assert any("below bfloat16's resolution" in n for n in window.notes), window.notes
+
+
+# ---- what 2026 models ship: q/k norms, sinks, given ALiBi slopes, RoPE scaling ---------------
+# Each is checked against transformers' own modules (their real code), run in float64.
+
+
+# HF computes its norms and rotary angles in float32, whatever the module's dtype.
+HF_FLOAT32 = {"rtol": 1e-6, "atol": 1e-6}
+
+
+def _hf_layer(attn: torch.nn.Module, rotary: torch.nn.Module, config: object, x: Tensor,
+              ) -> Tensor:
+    """One HF attention layer on x with HF's own causal mask and rotary embedding (eager)."""
+    from transformers.masking_utils import create_causal_mask
+
+    positions = torch.arange(x.size(1))[None]
+    mask = create_causal_mask(config=config, inputs_embeds=x, attention_mask=None, cache=None,
+                              position_ids=positions)
+    out = attn(x, position_embeddings=rotary(x, positions), attention_mask=mask)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _randomised(module: torch.nn.Module, seed: int = 3) -> None:
+    """Every parameter drawn afresh (norm weights near 1), so none is an identity by default."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.rand(p.shape, generator=gen, dtype=p.dtype) * 2 - 1
+            p.copy_(1 + 0.3 * noise if "norm" in name and "bias" not in name
+                    else noise / math.sqrt(p.shape[-1]))
+
+
+def _projections(attn: torch.nn.Module, extra: dict[str, Tensor]) -> dict[str, Tensor]:
+    out = {f"{n}_weight": getattr(attn, f"{n}_proj").weight.detach() for n in "qkvo"}
+    if attn.q_proj.bias is not None:
+        out |= {f"{n}_bias": getattr(attn, f"{n}_proj").bias.detach() for n in "qkvo"}
+    return out | {k: v.detach() for k, v in extra.items()}
+
+
+@pytest.mark.parametrize(("H", "G", "D", "bias"), [(4, 2, 8, False), (4, 4, 6, True)])
+def test_per_head_rms_qk_norm_is_qwen3s(H: int, G: int, D: int, bias: bool) -> None:
+    from transformers import Qwen3Config
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3RotaryEmbedding
+
+    config = Qwen3Config(hidden_size=16, num_attention_heads=H, num_key_value_heads=G,
+                         head_dim=D, attention_bias=bias, rms_norm_eps=1e-6,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    config._attn_implementation = "eager"
+    attn = Qwen3Attention(config, layer_idx=0).double()
+    _randomised(attn)
+    spec = AttentionSpec(16, H, n_kv_head=G, head_dim=D, bias=bias, positions=RoPE(),
+                         qk_norm=QKNorm(eps=1e-6))
+    w = _projections(attn, {"q_norm_weight": attn.q_norm.weight,
+                            "k_norm_weight": attn.k_norm.weight})
+    assert {k: tuple(v.shape) for k, v in w.items()} == {
+        k: s for k, s in spec.weight_shapes().items() if k in w}
+    x = _x(spec)
+    with torch.no_grad():
+        hf = _hf_layer(attn, Qwen3RotaryEmbedding(config).double(), config, x)
+    torch.testing.assert_close(spec_attention(x, w, spec), hf, **HF_FLOAT32)
+
+
+def test_whole_projection_rms_qk_norm_is_olmo2s() -> None:
+    from transformers import Olmo2Config
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention, Olmo2RotaryEmbedding
+
+    config = Olmo2Config(hidden_size=16, num_attention_heads=4, num_key_value_heads=2,
+                         attention_bias=False, rms_norm_eps=1e-6,
+                         rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    config._attn_implementation = "eager"
+    attn = Olmo2Attention(config, layer_idx=0).double()
+    _randomised(attn)
+    spec = AttentionSpec(16, 4, n_kv_head=2, bias=False, positions=RoPE(theta=500000.0),
+                         qk_norm=QKNorm(per_head=False))
+    w = _projections(attn, {"q_norm_weight": attn.q_norm.weight,
+                            "k_norm_weight": attn.k_norm.weight})
+    assert spec.weight_shapes()["q_norm_weight"] == (16,) == tuple(w["q_norm_weight"].shape)
+    assert spec.weight_shapes()["k_norm_weight"] == (8,) == tuple(w["k_norm_weight"].shape)
+    x = _x(spec)
+    with torch.no_grad():
+        hf = _hf_layer(attn, Olmo2RotaryEmbedding(config).double(), config, x)
+    torch.testing.assert_close(spec_attention(x, w, spec), hf, **HF_FLOAT32)
+
+
+def test_per_head_layer_norm_is_persimmons() -> None:
+    from transformers import PersimmonConfig
+    from transformers.models.persimmon.modeling_persimmon import (
+        PersimmonAttention,
+        PersimmonRotaryEmbedding,
+    )
+
+    config = PersimmonConfig(hidden_size=16, num_attention_heads=2, qk_layernorm=True,
+                             layer_norm_eps=1e-5, rope_parameters={
+                                 "rope_type": "default", "rope_theta": 25000.0,
+                                 "partial_rotary_factor": 0.5})
+    config._attn_implementation = "eager"
+    attn = PersimmonAttention(config, layer_idx=0).double()
+    _randomised(attn)
+    H, D, C = 2, 8, 16
+    # The fused projection holds, per head, its q, k and v rows in turn: (H, 3, D, C).
+    fused = attn.query_key_value.weight.detach().view(H, 3, D, C)
+    fused_bias = attn.query_key_value.bias.detach().view(H, 3, D)
+    w = {f"{n}_weight": fused[:, i].reshape(H * D, C) for i, n in enumerate("qkv")}
+    w |= {f"{n}_bias": fused_bias[:, i].reshape(H * D) for i, n in enumerate("qkv")}
+    w |= {"o_weight": attn.dense.weight.detach(), "o_bias": attn.dense.bias.detach(),
+          "q_norm_weight": attn.q_layernorm.weight.detach(),
+          "k_norm_weight": attn.k_layernorm.weight.detach(),
+          "q_norm_bias": attn.q_layernorm.bias.detach(),
+          "k_norm_bias": attn.k_layernorm.bias.detach()}
+    spec = AttentionSpec(C, H, positions=RoPE(theta=25000.0, fraction=0.5),
+                         qk_norm=QKNorm(kind="layer", eps=1e-5))
+    assert set(w) == set(spec.weight_shapes())
+    x = _x(spec)
+    with torch.no_grad():
+        hf = _hf_layer(attn, PersimmonRotaryEmbedding(config).double(), config, x)
+    torch.testing.assert_close(spec_attention(x, w, spec), hf, **HF_FLOAT32)
+
+
+def test_gemmas_one_plus_weight_norm_is_exported_as_its_effective_weight() -> None:
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+    norm = Gemma3RMSNorm(8, eps=1e-6)
+    _randomised(norm)
+    q = torch.randn(2, 5, 32, dtype=torch.float64)
+    from attnspec._variants import normed
+
+    with torch.no_grad():  # Gemma3 norms in float32 whatever the input: compare at that level
+        theirs = norm(q.view(2, 5, 4, 8)).reshape(2, 5, 32)
+        ours = normed(q, 1 + norm.weight.double(), None, QKNorm(), 8)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("norm", [QKNorm(), QKNorm(kind="layer", eps=1e-5, per_head=False)])
+def test_qk_norm_holds_on_every_inference_path(norm: QKNorm) -> None:
+    from attnspec._inference import cross_attention, decode_attention, padded_attention
+
+    spec = AttentionSpec(16, 4, n_kv_head=2, positions=RoPE(), qk_norm=norm)
+    w = _weights(spec) | {k: 1 + 0.3 * torch.rand(s, dtype=torch.float64)
+                          for k, s in spec.weight_shapes().items() if "norm_weight" in k}
+    x = _x(spec, T=7)
+    whole = spec_attention(x, w, spec)
+    torch.testing.assert_close(decode_attention(x, w, spec, [3, 1, 3]), whole)
+    torch.testing.assert_close(cross_attention(x[:, 4:], x, w, spec), whole[:, 4:])
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    torch.testing.assert_close(padded_attention(x, w, spec, mask), whole)
+    # The norm matters: without it (same projections) the output differs.
+    plain = spec_attention(x, w, AttentionSpec(16, 4, n_kv_head=2, positions=RoPE()))
+    assert not torch.allclose(plain, whole)
+
+
+def test_qk_norm_weights_are_exported_and_shaped_by_the_spec() -> None:
+    spec = AttentionSpec(16, 4, n_kv_head=2, head_dim=6, qk_norm=QKNorm(kind="layer"))
+    shapes = {k: tuple(v.shape) for k, v in SpecAttention(spec).export_weights().items()}
+    assert shapes == spec.weight_shapes()
+    assert {k: v for k, v in shapes.items() if "norm" in k} == {
+        "q_norm_weight": (6,), "k_norm_weight": (6,), "q_norm_bias": (6,), "k_norm_bias": (6,)}
+    assert "q_norm_weight" not in AttentionSpec(16, 4).weight_shapes()
+    whole = AttentionSpec(16, 4, n_kv_head=2, qk_norm=QKNorm(per_head=False)).weight_shapes()
+    assert (whole["q_norm_weight"], whole["k_norm_weight"]) == ((16,), (8,))

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ._reference import merge_heads
 from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
-from ._variants import heads_of, repeat_kv, turn
+from ._variants import heads_of, normed, repeat_kv, turn
 
 __all__ = ["CORNERS", "MASKED_ROWS", "PADDING_VALUES", "Corner", "KVCache", "attend_at",
            "corner_shift", "cross_attention", "decode_attention", "decode_step",
@@ -57,8 +57,19 @@ def rotate_at(t: Float[Tensor, "B N T D"], rope: RoPE, pos: Int[Tensor, "B T"],
     return turn(t, rope, angle)
 
 
-def _project(x: Tensor, weights: Mapping[str, Tensor], name: str, heads: int, D: int) -> Tensor:
-    return heads_of(F.linear(x, weights[f"{name}_weight"], weights.get(f"{name}_bias")), heads, D)
+def _project(x: Tensor, weights: Mapping[str, Tensor], name: str, spec: AttentionSpec) -> Tensor:
+    """x's queries, keys or values (`name`), split into heads, q and k normalised first."""
+    t = F.linear(x, weights[f"{name}_weight"], weights.get(f"{name}_bias"))
+    if spec.qk_norm is not None and name != "v":
+        t = normed(t, weights[f"{name}_norm_weight"], weights.get(f"{name}_norm_bias"),
+                   spec.qk_norm, spec.D)
+    return heads_of(t, spec.n_head if name == "q" else spec.G, spec.D)
+
+
+def _qkv(x_q: Tensor, x_kv: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
+         ) -> tuple[Tensor, Tensor, Tensor]:
+    return (_project(x_q, weights, "q", spec), _project(x_kv, weights, "k", spec),
+            _project(x_kv, weights, "v", spec))
 
 
 def _core(q: Float[Tensor, "B H Tq D"], k: Float[Tensor, "B G Tk D"],
@@ -93,9 +104,7 @@ def attend_at(x_q: Float[Tensor, "B Tq C"], x_kv: Float[Tensor, "B Tk C"],
               q_index: Tensor, k_index: Tensor, q_pos: Tensor, k_pos: Tensor,
               key_mask: Tensor | None = None) -> Float[Tensor, "B Tq C"]:
     """The whole attention with queries from `x_q` and keys and values from `x_kv`."""
-    H, G, D = spec.n_head, spec.G, spec.D
-    q, k, v = (_project(x_q, weights, "q", H, D), _project(x_kv, weights, "k", G, D),
-               _project(x_kv, weights, "v", G, D))
+    q, k, v = _qkv(x_q, x_kv, weights, spec)
     if isinstance(spec.positions, RoPE):
         q, k = rotate_at(q, spec.positions, q_pos), rotate_at(k, spec.positions, k_pos)
     y = _core(q, k, v, spec, q_index, k_index, q_pos, k_pos, key_mask)
@@ -150,9 +159,7 @@ def decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor], spec: 
                 cache: KVCache | None, offset: int) -> tuple[Tensor, KVCache]:
     """New tokens at positions offset, offset + 1, ... against a cache of the earlier ones."""
     B, t = x.size(0), x.size(1)
-    H, G, D = spec.n_head, spec.G, spec.D
-    q, k, v = (_project(x, weights, "q", H, D), _project(x, weights, "k", G, D),
-               _project(x, weights, "v", G, D))
+    q, k, v = _qkv(x, x, weights, spec)
     q_index = torch.arange(offset, offset + t, device=x.device)
     if isinstance(spec.positions, RoPE):
         q = rotate_at(q, spec.positions, _rows(q_index, B))
@@ -173,10 +180,8 @@ def padded_decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor],
     (padding never read); each row's positions count its own real tokens."""
     mask = key_mask.to(device=x.device, dtype=torch.bool)
     t = x.size(1)
-    H, G, D = spec.n_head, spec.G, spec.D
     x0 = x.masked_fill(~mask[:, offset:offset + t, None], 0.0)
-    q, k, v = (_project(x0, weights, "q", H, D), _project(x0, weights, "k", G, D),
-               _project(x0, weights, "v", G, D))
+    q, k, v = _qkv(x0, x0, weights, spec)
     pos = padding_positions(mask)
     q_pos = pos[:, offset:offset + t]
     if isinstance(spec.positions, RoPE):

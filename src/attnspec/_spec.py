@@ -14,7 +14,8 @@ from typing import Any
 from ._config import _check_count, check_config, divisors
 from ._errors import ConfigError, DivisibilityError
 
-__all__ = ["VARIABLE_FIELDS", "ALiBi", "AttentionSpec", "RoPE", "alibi_slopes", "parse_variants"]
+__all__ = ["VARIABLE_FIELDS", "ALiBi", "AttentionSpec", "QKNorm", "RoPE", "alibi_slopes",
+           "parse_variants"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,51 @@ def alibi_slopes(n_head: int) -> list[float]:
     return power_of_two(below) + alibi_slopes(2 * below)[0::2][:n_head - below]
 
 
+@dataclass(frozen=True)
+class QKNorm:
+    """Normalisation of queries and keys after their projection, before RoPE (Qwen3, Gemma3,
+    OLMo2, Persimmon), with weights the subject exports.
+
+    - `kind`: "rms" (x / sqrt(mean(x²) + eps) · w) or "layer" ((x - mean) / sqrt(var + eps) · w
+      + b, var biased, as torch's LayerNorm).
+    - `eps`: added to the mean square (variance) under the root.
+    - `per_head`: over each head's D channels, with weights (D,) shared by the heads (Qwen3,
+      Gemma3, Persimmon); False: over the whole H·D (q) and G·D (k) projection, with weights of
+      that width (OLMo2).
+
+    Exports are the effective weight, the factor that multiplies the normalised vector: a
+    Gemma-style norm that computes x̂ · (1 + w) exports 1 + w.
+    """
+
+    kind: str = "rms"
+    eps: float = 1e-6
+    per_head: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("rms", "layer"):
+            raise ConfigError(f"Invalid QKNorm: kind={self.kind!r}; it must be 'rms' (RMSNorm: "
+                              "Qwen3, Gemma3, OLMo2) or 'layer' (LayerNorm: Persimmon).")
+        _positive("QKNorm", "eps", self.eps)
+        if not isinstance(self.per_head, bool):
+            raise ConfigError(f"Invalid QKNorm: per_head={self.per_head!r}; it must be a bool "
+                              "(True: over each head's D channels, False: over the whole "
+                              "projection).")
+
+
+def qk_norm_to_json(value: QKNorm | None) -> dict[str, Any] | None:
+    return None if value is None else {"kind": value.kind, "eps": value.eps,
+                                       "per_head": value.per_head}
+
+
+def qk_norm_from_json(value: Any) -> QKNorm | None:
+    if value is None or isinstance(value, QKNorm):
+        return value
+    if isinstance(value, dict) and set(value) <= {"kind", "eps", "per_head"}:
+        return QKNorm(**value)
+    raise ConfigError(f"qk_norm={value!r}: expected null or {{'kind': 'rms' or 'layer', 'eps': "
+                      "..., 'per_head': true or false}.")
+
+
 def _positive(owner: str, name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
             value) or value <= 0:
@@ -97,6 +143,9 @@ class AttentionSpec:
     - `softcap`: scores become softcap * tanh(scores / softcap) before masking (Gemma-2).
     - `positions`: None, `RoPE(...)` or `ALiBi()`.
     - `bias`: whether the q, k, v and o projections have biases.
+    - `qk_norm`: None or `QKNorm(...)`: q and k normalised after projection, before RoPE; the
+      subject exports `q_norm_weight`, `k_norm_weight` (and, for kind="layer", `q_norm_bias`,
+      `k_norm_bias`): (D,) each per head, else (H·D,) and (G·D,).
     """
 
     n_embd: int
@@ -108,6 +157,7 @@ class AttentionSpec:
     softcap: float | None = None
     positions: RoPE | ALiBi | None = field(default=None)
     bias: bool = True
+    qk_norm: QKNorm | None = None
 
     def __post_init__(self) -> None:
         what = f"Invalid attention spec (n_embd={self.n_embd!r}, n_head={self.n_head!r}"
@@ -149,6 +199,9 @@ class AttentionSpec:
                     f"even and >= 2; {hint}.")
         if not isinstance(self.bias, bool):
             raise ConfigError(f"{what}): bias={self.bias!r}; it must be a bool.")
+        if self.qk_norm is not None and not isinstance(self.qk_norm, QKNorm):
+            raise ConfigError(f"{what}): qk_norm={self.qk_norm!r}; it must be None or "
+                              "attnspec.QKNorm(kind='rms' or 'layer', eps=..., per_head=...).")
 
     @property
     def G(self) -> int:
@@ -166,11 +219,24 @@ class AttentionSpec:
         return 1.0 / math.sqrt(self.D) if self.scale is None else float(self.scale)
 
     def weight_shapes(self) -> dict[str, tuple[int, ...]]:
-        """The exported weights' shapes (nn.Linear layout) and the biases'."""
+        """The exported weights' shapes (nn.Linear layout), the biases', and those the spec's
+        extras add (q/k norm weights)."""
         C, H, G, D = self.n_embd, self.n_head, self.G, self.D
-        return {"q_weight": (H * D, C), "k_weight": (G * D, C), "v_weight": (G * D, C),
-                "o_weight": (C, H * D), "q_bias": (H * D,), "k_bias": (G * D,),
-                "v_bias": (G * D,), "o_bias": (C,)}
+        shapes = {"q_weight": (H * D, C), "k_weight": (G * D, C), "v_weight": (G * D, C),
+                  "o_weight": (C, H * D), "q_bias": (H * D,), "k_bias": (G * D,),
+                  "v_bias": (G * D,), "o_bias": (C,)}
+        if self.qk_norm is not None:
+            q, k = ((D,), (D,)) if self.qk_norm.per_head else ((H * D,), (G * D,))
+            shapes |= {"q_norm_weight": q, "k_norm_weight": k}
+            if self.qk_norm.kind == "layer":
+                shapes |= {"q_norm_bias": q, "k_norm_bias": k}
+        return shapes
+
+    def required_weights(self) -> tuple[str, ...]:
+        """The exported weights the reference cannot do without (the projections' biases may
+        be left out: zero)."""
+        extra = tuple(k for k in self.weight_shapes() if k.startswith(("q_norm", "k_norm")))
+        return ("q_weight", "k_weight", "v_weight", "o_weight", *extra)
 
     def describe(self) -> str:
         """The fields that differ from plain multi-head attention, for messages."""
@@ -188,7 +254,7 @@ class AttentionSpec:
             value = getattr(self, f.name)
             if value == f.default and f.name not in ("n_embd", "n_head"):
                 continue
-            out[f.name] = positions_to_json(value) if f.name == "positions" else value
+            out[f.name] = _TO_JSON.get(f.name, lambda v: v)(value)
         return out
 
     @classmethod
@@ -203,6 +269,7 @@ class AttentionSpec:
                               f"{', '.join(sorted(known))}.")
         values = dict(data)
         values["positions"] = positions_from_json(values.get("positions"))
+        values["qk_norm"] = qk_norm_from_json(values.get("qk_norm"))
         try:
             return cls(**values)
         except TypeError as error:
@@ -230,8 +297,14 @@ def positions_from_json(positions: Any) -> RoPE | ALiBi | None:
                       "'fraction': ..., 'interleaved': ...} or {'kind': 'alibi'}.")
 
 
+# The weights a spec's extras add to the projections' (exported only where the spec has them).
+EXTRA_WEIGHT_KEYS = ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias")
+
+_TO_JSON: dict[str, Any] = {"positions": positions_to_json, "qk_norm": qk_norm_to_json}
+
 # The fields a protocol v2 subject may let vary (VARIANTS); n_embd and n_head always do.
-VARIABLE_FIELDS = ("n_kv_head", "head_dim", "window", "scale", "softcap", "positions", "bias")
+VARIABLE_FIELDS = ("n_kv_head", "head_dim", "window", "scale", "softcap", "positions", "bias",
+                   "qk_norm")
 
 
 def parse_variants(declared: Any) -> dict[str, Any]:
@@ -262,6 +335,12 @@ def parse_variants(declared: Any) -> dict[str, Any]:
                 raise ConfigError(f"VARIANTS['positions'] lists {bad!r}; its values are None, "
                                   "attnspec.RoPE(...) and attnspec.ALiBi().")
             out[name] = [positions_to_json(v) for v in listed]
+        elif name == "qk_norm":
+            bad = [v for v in listed if v is not None and not isinstance(v, QKNorm)]
+            if bad:
+                raise ConfigError(f"VARIANTS['qk_norm'] lists {bad!r}; its values are None and "
+                                  "attnspec.QKNorm(...).")
+            out[name] = [qk_norm_to_json(v) for v in listed]
         else:
             out[name] = listed
     return out

@@ -12,7 +12,7 @@ from ._config import divisors
 from ._errors import ConfigError
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH, NARROW_HEAD_DIM, NARROW_HEADS
 from ._properties import Example, Property
-from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
+from ._spec import ALiBi, AttentionSpec, QKNorm, RoPE, positions_from_json, qk_norm_from_json
 
 __all__ = ["batch_sizes", "configs", "cut_points", "examples", "head_dims", "invalid_configs",
            "seq_lengths", "specs"]
@@ -139,6 +139,12 @@ POSITIONS: tuple[RoPE | ALiBi | None, ...] = (
     RoPE(theta=500000.0, fraction=0.25, interleaved=True))
 
 
+# The q/k norms drawn where a subject lets them vary: none, Qwen3's, Persimmon's, OLMo2's.
+QK_NORMS: tuple[QKNorm | None, ...] = (
+    None, QKNorm(), QKNorm(kind="layer", eps=1e-5), QKNorm(per_head=False),
+    QKNorm(kind="layer", per_head=False))
+
+
 def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = False,
           need_groups: bool = False, need_rope: bool = False, max_heads: int = MAX_HEADS,
           max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH, heads_per: int = 1,
@@ -155,7 +161,8 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
             return st.just(default)
         if values == "any":
             return anything
-        listed = [positions_from_json(v) for v in values] if name == "positions" else values
+        decode = {"positions": positions_from_json, "qk_norm": qk_norm_from_json}.get(name)
+        listed = [decode(v) for v in values] if decode is not None else values
         return st.sampled_from(listed)
 
     # Mostly short windows; for the window property W < max_seq, so that T > W can be drawn.
@@ -170,6 +177,9 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
     scale_st = field("scale", st.one_of(st.none(), st.sampled_from((0.05, 0.25, 1.0))))
     softcap_st = field("softcap", st.one_of(st.none(), st.sampled_from((1.0, 5.0, 30.0))))
     bias_st = field("bias", st.booleans(), default=True)
+    qk_norm_st = field("qk_norm", st.sampled_from(QK_NORMS))
+    if need_groups:  # a norm over all G·D channels has no per-kv-head form to regroup
+        qk_norm_st = qk_norm_st.filter(lambda n: n is None or n.per_head)
     own_width = variants.get("head_dim") is not None
     can_be_wide = max_heads > NARROW_HEADS or max_head_dim > NARROW_HEAD_DIM
     wide_st = st.integers(1, NARROW_SHARE).map(lambda n: n == NARROW_SHARE)
@@ -211,7 +221,7 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
             return AttentionSpec(C, H, n_kv_head=None if G == H else G, head_dim=head_dim,
                                  window=draw(window_st), scale=draw(scale_st),
                                  softcap=draw(softcap_st), positions=positions,
-                                 bias=draw(bias_st))
+                                 bias=draw(bias_st), qk_norm=draw(qk_norm_st))
         except ConfigError:  # a listed value that does not fit (n_kv_head not dividing H)
             assume(False)
             raise

@@ -229,7 +229,7 @@ def check_variants(variants: Mapping[str, Any], target: str) -> None:
     """Raise TargetError, naming the field, the value and why, for a listed VARIANTS value (in
     `parse_variants`' JSON form) that no AttentionSpec attnspec can draw could take: every
     example with it would be refused, and the property skipped unchecked."""
-    from ._spec import RoPE, positions_from_json
+    from ._spec import RoPE, positions_from_json, qk_norm_from_json
 
     def bad(name: str, value: Any, why: str) -> TargetError:
         if isinstance(value, dict) and value.get("kind") == "rope":  # as the subject wrote it
@@ -257,6 +257,12 @@ def check_variants(variants: Mapping[str, Any], target: str) -> None:
                                                f"channels, an even number >= 2, and fraction="
                                                f"{positions.fraction!r} gives none for any "
                                                f"head_dim up to {HEAD_DIM_LIMIT}")
+                continue
+            if name == "qk_norm":
+                try:
+                    qk_norm_from_json(value)
+                except (ConfigError, TypeError) as error:
+                    raise bad(name, value, str(error).rstrip(".")) from None
                 continue
             rule = _VALUE_RULES.get(name)
             if rule is not None and not rule[0](value):

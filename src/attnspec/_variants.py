@@ -16,11 +16,11 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from ._reference import attend, merge_heads, softmax_keys
-from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
+from ._spec import ALiBi, AttentionSpec, QKNorm, RoPE, alibi_slopes
 from ._trace import ShapeTrace
 from ._typecheck import TYPECHECK, shapechecked
 
-__all__ = ["SpecAttention", "spec_attention", "turn", "visible"]
+__all__ = ["SpecAttention", "extra_weights", "normed", "spec_attention", "turn", "visible"]
 
 
 def heads_of(
@@ -29,6 +29,36 @@ def heads_of(
     B, T, _ = x.shape
     # Heads split the channels, never the positions: view (B, T, N, D), then put N before T.
     return x.view(B, T, n_heads, head_dim).transpose(1, 2)
+
+
+def normed(
+    t: Float[Tensor, "B T W"], weight: Float[Tensor, " N"], bias: Float[Tensor, " N"] | None,
+    norm: QKNorm, head_dim: int,
+) -> Float[Tensor, "B T W"]:
+    """q or k (B, T, heads·D) normalised over each head's D channels, or over all W when not
+    per_head, in float32 or wider (as RMSNorm and LayerNorm kernels do), then weighted."""
+    B, T, W = t.shape
+    N = head_dim if norm.per_head else W
+    exact = torch.float64 if t.dtype == torch.float64 else torch.float32
+    parts = t.reshape(B, T, W // N, N).to(exact)
+    if norm.kind == "layer":
+        parts = parts - parts.mean(dim=-1, keepdim=True)
+    unit = (parts * torch.rsqrt(parts.pow(2).mean(dim=-1, keepdim=True) + norm.eps)).to(t.dtype)
+    out = unit * weight if bias is None else unit * weight + bias
+    return out.reshape(B, T, W)
+
+
+def extra_weights(spec: AttentionSpec, gen: torch.Generator) -> dict[str, Tensor]:
+    """Weights for the spec's extras where attnspec draws its own (float64): norm weights near
+    1 and norm biases near 0, as trained ones are (±1/sqrt(N) would shrink q and k to nothing)."""
+    out = {}
+    for key, shape in spec.weight_shapes().items():
+        noise = torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1
+        if key in ("q_norm_weight", "k_norm_weight"):
+            out[key] = 1 + 0.25 * noise
+        elif key in ("q_norm_bias", "k_norm_bias"):
+            out[key] = 0.25 * noise
+    return out
 
 
 def rotate(
@@ -86,7 +116,7 @@ def spec_scores(
     return scores.masked_fill(~visible(T, spec.window, q.device), float("-inf"))
 
 
-_STEPS = (heads_of, rotate, repeat_kv, spec_scores, softmax_keys, attend, merge_heads)
+_STEPS = (normed, heads_of, rotate, repeat_kv, spec_scores, softmax_keys, attend, merge_heads)
 _STEPS_RUN = SimpleNamespace(**{f.__name__: shapechecked(f) if TYPECHECK else f
                                 for f in _STEPS})
 
@@ -114,9 +144,16 @@ def _pipeline(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, off
     record("input", x)
     q = F.linear(x, weights["q_weight"], weights.get("q_bias"))
     record("projection", q, "q; k and v are B T G*D", "B T H*D")
+    k = F.linear(x, weights["k_weight"], weights.get("k_bias"))
+    if spec.qk_norm is not None:
+        norm = spec.qk_norm
+        q = steps.normed(q, weights["q_norm_weight"], weights.get("q_norm_bias"), norm, D)
+        k = steps.normed(k, weights["k_norm_weight"], weights.get("k_norm_bias"), norm, D)
+        record("qk norm", q, f"{norm.kind} norm of q and k over "
+               + ("each head's D" if norm.per_head else "the whole projection"), "B T H*D")
     q = steps.heads_of(q, H, D)
     record("head split", q)
-    k = steps.heads_of(F.linear(x, weights["k_weight"], weights.get("k_bias")), G, D)
+    k = steps.heads_of(k, G, D)
     v = steps.heads_of(F.linear(x, weights["v_weight"], weights.get("v_bias")), G, D)
     record("kv heads", k)
     if isinstance(spec.positions, RoPE):
@@ -164,6 +201,13 @@ class SpecAttention(nn.Module):
         self.k = nn.Linear(C, G * D, bias=spec.bias)
         self.v = nn.Linear(C, G * D, bias=spec.bias)
         self.o = nn.Linear(H * D, C, bias=spec.bias)
+        shapes = spec.weight_shapes()
+        if spec.qk_norm is not None:  # norms start as the identity, as nn.RMSNorm's do
+            self.q_norm_weight = nn.Parameter(torch.ones(shapes["q_norm_weight"]))
+            self.k_norm_weight = nn.Parameter(torch.ones(shapes["k_norm_weight"]))
+            if spec.qk_norm.kind == "layer":
+                self.q_norm_bias = nn.Parameter(torch.zeros(shapes["q_norm_bias"]))
+                self.k_norm_bias = nn.Parameter(torch.zeros(shapes["k_norm_bias"]))
 
     def extra_repr(self) -> str:
         return self.spec.describe()
@@ -224,4 +268,5 @@ class SpecAttention(nn.Module):
         out = {f"{n}_weight": getattr(self, n).weight for n in "qkvo"}
         if self.spec.bias:
             out |= {f"{n}_bias": getattr(self, n).bias for n in "qkvo"}
-        return out
+        extras = [k for k in self.spec.weight_shapes() if k.startswith(("q_norm", "k_norm"))]
+        return out | {k: getattr(self, k) for k in extras}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnspec import ALiBi, AttentionSpec, RoPE
@@ -26,6 +27,32 @@ class SpecAttn(nn.Module):
         self.k = nn.Linear(C, G * D, bias=spec.bias)
         self.v = nn.Linear(C, G * D, bias=spec.bias)
         self.o = nn.Linear(H * D, C, bias=spec.bias)
+        norm = spec.qk_norm
+        if norm is not None:  # drawn near 1 (not ones), so a weight misapplied shows
+            q_n, k_n = (D, D) if norm.per_head else (H * D, G * D)
+            self.q_norm_weight = nn.Parameter(1 + 0.3 * (torch.rand(q_n) * 2 - 1))
+            self.k_norm_weight = nn.Parameter(1 + 0.3 * (torch.rand(k_n) * 2 - 1))
+            if norm.kind == "layer":
+                self.q_norm_bias = nn.Parameter(0.3 * (torch.rand(q_n) * 2 - 1))
+                self.k_norm_bias = nn.Parameter(0.3 * (torch.rand(k_n) * 2 - 1))
+
+    def norm(self, t: Tensor, which: str) -> Tensor:
+        """q or k (B, T, N·D) normalised per head (or over all of it), as RMSNorm/LayerNorm."""
+        norm = self.spec.qk_norm
+        if norm is None:
+            return t
+        B, T, W = t.shape
+        chunks = t.reshape(B, T, -1, self.spec.D if norm.per_head else W)
+        wide = chunks.to(torch.float64 if t.dtype == torch.float64 else torch.float32)
+        if norm.kind == "layer":
+            out = F.layer_norm(wide, wide.shape[-1:], eps=norm.eps).to(t.dtype)
+        else:
+            out = F.rms_norm(wide, wide.shape[-1:], eps=norm.eps).to(t.dtype)
+        out = out.reshape(B, T, W) if not norm.per_head else out
+        out = out * getattr(self, f"{which}_norm_weight")
+        if norm.kind == "layer":
+            out = out + getattr(self, f"{which}_norm_bias")
+        return out.reshape(B, T, W)
 
     def share_kv(self, t: Tensor) -> Tensor:
         """(B, G, T, D) -> (B, H, T, D): query head h reads kv head h // (H / G)."""
@@ -80,8 +107,8 @@ class SpecAttn(nn.Module):
         B, T, _ = x.shape
         s = self.spec
         H, G, D = s.n_head, s.G, s.D
-        q = self.q(x).view(B, T, H, D).transpose(1, 2)
-        k = self.k(x).view(B, T, G, D).transpose(1, 2)
+        q = self.norm(self.q(x), "q").view(B, T, H, D).transpose(1, 2)
+        k = self.norm(self.k(x), "k").view(B, T, G, D).transpose(1, 2)
         v = self.v(x).view(B, T, G, D).transpose(1, 2)
         if isinstance(s.positions, RoPE):
             q, k = self.rotate(q, s.positions), self.rotate(k, s.positions)
@@ -104,8 +131,8 @@ class SpecAttn(nn.Module):
     def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         B, T, _ = x.shape
         s = self.spec
-        return (self.q(x).view(B, T, s.n_head, s.D).transpose(1, 2),
-                self.k(x).view(B, T, s.G, s.D).transpose(1, 2),
+        return (self.norm(self.q(x), "q").view(B, T, s.n_head, s.D).transpose(1, 2),
+                self.norm(self.k(x), "k").view(B, T, s.G, s.D).transpose(1, 2),
                 self.v(x).view(B, T, s.G, s.D).transpose(1, 2))
 
     def masked_softmax(self, scores: Tensor, seen: Tensor) -> Tensor:
@@ -246,4 +273,5 @@ def export_weights(module: nn.Module) -> dict[str, Tensor]:
     out = {f"{n}_weight": getattr(module, n).weight for n in "qkvo"}
     if module.q.bias is not None:
         out |= {f"{n}_bias": getattr(module, n).bias for n in "qkvo"}
-    return out
+    extras = ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias")
+    return out | {k: getattr(module, k) for k in extras if hasattr(module, k)}
