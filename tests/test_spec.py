@@ -163,6 +163,7 @@ def test_spec_attention_module_builds_from_a_spec_and_exports_v2_shapes() -> Non
     ({"n_embd": 16, "n_head": 4, "window": 0}, ConfigError, "window=0; window must be >= 1"),
     ({"n_embd": 16, "n_head": 4, "softcap": -1.0}, ConfigError, "softcap=-1.0"),
     ({"n_embd": 16, "n_head": 4, "positions": "rope"}, ConfigError, "attnspec.RoPE(...)"),
+    ({"n_embd": 16, "n_head": 4, "sinks": 1}, ConfigError, "sinks=1; it must be a bool"),
     ({"n_embd": 16, "n_head": 4, "qk_norm": "rms"}, ConfigError,
      "qk_norm='rms'; it must be None or attnspec.QKNorm("),
 ])
@@ -194,7 +195,8 @@ def test_head_dim_lifts_the_divisibility_rule() -> None:
     AttentionSpec(10, 3, head_dim=4, scale=0.5, bias=False, positions=ALiBi()),
     AttentionSpec(32, 4, positions=RoPE(theta=1e6, fraction=0.5, interleaved=True)),
     AttentionSpec(16, 4, n_kv_head=2, qk_norm=QKNorm()),
-    AttentionSpec(16, 4, qk_norm=QKNorm(kind="layer", eps=1e-5, per_head=False))])
+    AttentionSpec(16, 4, qk_norm=QKNorm(kind="layer", eps=1e-5, per_head=False)),
+    AttentionSpec(16, 4, n_kv_head=1, sinks=True, window=2)])
 def test_spec_round_trips_through_json(spec: AttentionSpec) -> None:
     assert AttentionSpec.from_json(spec.to_json()) == spec
 
@@ -307,13 +309,15 @@ HF_FLOAT32 = {"rtol": 1e-6, "atol": 1e-6}
 
 
 def _hf_layer(attn: torch.nn.Module, rotary: torch.nn.Module, config: object, x: Tensor,
-              ) -> Tensor:
-    """One HF attention layer on x with HF's own causal mask and rotary embedding (eager)."""
-    from transformers.masking_utils import create_causal_mask
+              sliding: bool = False) -> Tensor:
+    """One HF attention layer on x with HF's own causal mask (sliding-window where asked) and
+    rotary embedding (eager)."""
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
     positions = torch.arange(x.size(1))[None]
-    mask = create_causal_mask(config=config, inputs_embeds=x, attention_mask=None, cache=None,
-                              position_ids=positions)
+    make = create_sliding_window_causal_mask if sliding else create_causal_mask
+    mask = make(config=config, inputs_embeds=x, attention_mask=None, cache=None,
+                position_ids=positions)
     out = attn(x, position_embeddings=rotary(x, positions), attention_mask=mask)
     return out[0] if isinstance(out, tuple) else out
 
@@ -455,3 +459,56 @@ def test_qk_norm_weights_are_exported_and_shaped_by_the_spec() -> None:
     assert "q_norm_weight" not in AttentionSpec(16, 4).weight_shapes()
     whole = AttentionSpec(16, 4, n_kv_head=2, qk_norm=QKNorm(per_head=False)).weight_shapes()
     assert (whole["q_norm_weight"], whole["k_norm_weight"]) == ((16,), (8,))
+
+
+@pytest.mark.parametrize(("G", "window"), [(2, None), (1, 3)])
+def test_sinks_are_gpt_oss(G: int, window: int | None) -> None:
+    from transformers import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import (
+        GptOssAttention,
+        GptOssRotaryEmbedding,
+    )
+
+    kind = "full_attention" if window is None else "sliding_attention"
+    config = GptOssConfig(hidden_size=16, num_attention_heads=4, num_key_value_heads=G,
+                          head_dim=8, attention_bias=True, num_hidden_layers=1,
+                          layer_types=[kind], sliding_window=window,
+                          rope_parameters={"rope_type": "default", "rope_theta": 150000.0})
+    config._attn_implementation = "eager"
+    attn = GptOssAttention(config, layer_idx=0).double()
+    _randomised(attn)
+    with torch.no_grad():
+        attn.sinks.mul_(8.0)  # logits of the scores' size, some sinks taking most of a row
+    spec = AttentionSpec(16, 4, n_kv_head=G, head_dim=8, window=window,
+                         positions=RoPE(theta=150000.0), sinks=True)
+    w = _projections(attn, {"sinks": attn.sinks})
+    assert set(w) == set(spec.weight_shapes())
+    x = _x(spec)
+    with torch.no_grad():
+        hf = _hf_layer(attn, GptOssRotaryEmbedding(config).double(), config, x,
+                       sliding=window is not None)
+    torch.testing.assert_close(spec_attention(x, w, spec), hf, **HF_FLOAT32)
+    without = spec_attention(x, w, AttentionSpec(16, 4, n_kv_head=G, head_dim=8, window=window,
+                                                 positions=RoPE(theta=150000.0)))
+    assert not torch.allclose(without, hf, atol=1e-3)
+
+
+def test_sinks_hold_on_every_inference_path_and_empty_rows_give_zero() -> None:
+    from attnspec._inference import cross_attention, decode_attention, padded_attention
+
+    spec = AttentionSpec(16, 4, n_kv_head=2, positions=ALiBi(), sinks=True)
+    w = _weights(spec) | {"sinks": torch.tensor([2.0, -1.0, 0.5, 4.0], dtype=torch.float64)}
+    x = _x(spec, T=7)
+    whole = spec_attention(x, w, spec)
+    torch.testing.assert_close(decode_attention(x, w, spec, [3, 1, 3]), whole)
+    torch.testing.assert_close(cross_attention(x[:, 4:], x, w, spec), whole[:, 4:])
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    mask[0, :3] = False  # left padding: queries 0..2 of row 0 see no key, so give o's bias
+    padded = padded_attention(x, w, spec, mask)
+    torch.testing.assert_close(padded[0, :3], w["o_bias"].expand(3, -1))
+    torch.testing.assert_close(padded[1], whole[1])
+    module = SpecAttention(spec).double()
+    with torch.no_grad():
+        module.sinks.copy_(w["sinks"])
+        rows = module.attention_weights(x).sum(-1)  # 1 less the sink's share, per row
+    assert bool((rows < 1).all()) and bool((rows > 0).all())

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ._reference import merge_heads
 from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
-from ._variants import heads_of, normed, repeat_kv, turn
+from ._variants import heads_of, normed, repeat_kv, sink_softmax, turn
 
 __all__ = ["CORNERS", "MASKED_ROWS", "PADDING_VALUES", "Corner", "KVCache", "attend_at",
            "corner_shift", "cross_attention", "decode_attention", "decode_step",
@@ -66,17 +66,27 @@ def _project(x: Tensor, weights: Mapping[str, Tensor], name: str, spec: Attentio
     return heads_of(t, spec.n_head if name == "q" else spec.G, spec.D)
 
 
+def _sinks(weights: Mapping[str, Tensor], spec: AttentionSpec) -> Tensor | None:
+    return weights["sinks"] if spec.sinks else None
+
+
 def _qkv(x_q: Tensor, x_kv: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
          ) -> tuple[Tensor, Tensor, Tensor]:
     return (_project(x_q, weights, "q", spec), _project(x_kv, weights, "k", spec),
             _project(x_kv, weights, "v", spec))
 
 
+def _softmax(scores: Tensor, sinks: Tensor | None) -> Tensor:
+    return torch.softmax(scores, dim=-1) if sinks is None else sink_softmax(scores, sinks)
+
+
 def _core(q: Float[Tensor, "B H Tq D"], k: Float[Tensor, "B G Tk D"],
           v: Float[Tensor, "B G Tk D"], spec: AttentionSpec, q_index: Int[Tensor, " Tq"],
           k_index: Int[Tensor, " Tk"], q_pos: Int[Tensor, "B Tq"], k_pos: Int[Tensor, "B Tk"],
-          key_mask: Bool[Tensor, "B Tk"] | None) -> Float[Tensor, "B H Tq D"]:
-    """Attention of rotated queries on rotated keys: scores, mask, softmax, values."""
+          key_mask: Bool[Tensor, "B Tk"] | None, sinks: Tensor | None = None,
+          ) -> Float[Tensor, "B H Tq D"]:
+    """Attention of rotated queries on rotated keys: scores, mask, softmax (with the heads'
+    sinks where the spec has them), values."""
     H = q.size(1)
     k, v = repeat_kv(k, H), repeat_kv(v, H)
     scores = (q @ k.transpose(-2, -1)) * spec.attn_scale
@@ -93,9 +103,9 @@ def _core(q: Float[Tensor, "B H Tq D"], k: Float[Tensor, "B G Tk D"],
     scores = scores.masked_fill(~seen4, float("-inf"))
     some = seen4.any(dim=-1, keepdim=True)
     if bool(some.all()):
-        weights = torch.softmax(scores, dim=-1)
+        weights = _softmax(scores, sinks)
     else:  # a row with no visible key: finite scores in, zero weights out (and zero gradients)
-        weights = torch.softmax(scores.masked_fill(~some, 0.0), dim=-1) * some
+        weights = _softmax(scores.masked_fill(~some, 0.0), sinks) * some
     return weights @ v
 
 
@@ -107,7 +117,7 @@ def attend_at(x_q: Float[Tensor, "B Tq C"], x_kv: Float[Tensor, "B Tk C"],
     q, k, v = _qkv(x_q, x_kv, weights, spec)
     if isinstance(spec.positions, RoPE):
         q, k = rotate_at(q, spec.positions, q_pos), rotate_at(k, spec.positions, k_pos)
-    y = _core(q, k, v, spec, q_index, k_index, q_pos, k_pos, key_mask)
+    y = _core(q, k, v, spec, q_index, k_index, q_pos, k_pos, key_mask, _sinks(weights, spec))
     return F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias"))
 
 
@@ -167,7 +177,8 @@ def decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor], spec: 
     if cache is not None:
         k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
     k_index = torch.arange(k.size(2), device=x.device)
-    y = _core(q, k, v, spec, q_index, k_index, _rows(q_index, B), _rows(k_index, B), None)
+    y = _core(q, k, v, spec, q_index, k_index, _rows(q_index, B), _rows(k_index, B), None,
+              _sinks(weights, spec))
     out = F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias"))
     return out, (k, v)
 
@@ -190,7 +201,7 @@ def padded_decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor],
         k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
     q_index = torch.arange(offset, offset + t, device=x.device)
     k_index = torch.arange(k.size(2), device=x.device)
-    y = _core(q, k, v, spec, q_index, k_index, q_pos, pos, mask)
+    y = _core(q, k, v, spec, q_index, k_index, q_pos, pos, mask, _sinks(weights, spec))
     return F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias")), (k, v)
 
 

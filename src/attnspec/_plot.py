@@ -180,7 +180,9 @@ def _figure(
             f"spec: {spec.describe()}\n"
             f"head_dim (D) = {D}, kv heads (G) = {spec.G}, T = {T}, seed = {seed}, "
             f"batch row {batch_row} of B = {batch}\n"
-            f"{seen}; each row sums to 1."
+            f"{seen}; "
+            + ("each row sums to 1 less its head's sink share." if spec.sinks
+               else "each row sums to 1.")
         )
     # Extra title lines (the spec; kv head, ALiBi slope) take height from panels; give it back.
     extra = 0 if spec is None else (spec.G != H) + isinstance(spec.positions, ALiBi)

@@ -146,6 +146,9 @@ class AttentionSpec:
     - `qk_norm`: None or `QKNorm(...)`: q and k normalised after projection, before RoPE; the
       subject exports `q_norm_weight`, `k_norm_weight` (and, for kind="layer", `q_norm_bias`,
       `k_norm_bias`): (D,) each per head, else (H·D,) and (G·D,).
+    - `sinks`: learned attention sinks (gpt-oss): head h's exported logit `sinks[h]` joins every
+      row's softmax as one more key with no value, so a row's weights sum to less than 1 (and a
+      row that sees no key gives 0): out_i = sum_j p_ij v_j, p_i = softmax([s_i, sinks[h]])[:-1].
     """
 
     n_embd: int
@@ -158,6 +161,7 @@ class AttentionSpec:
     positions: RoPE | ALiBi | None = field(default=None)
     bias: bool = True
     qk_norm: QKNorm | None = None
+    sinks: bool = False
 
     def __post_init__(self) -> None:
         what = f"Invalid attention spec (n_embd={self.n_embd!r}, n_head={self.n_head!r}"
@@ -202,6 +206,10 @@ class AttentionSpec:
         if self.qk_norm is not None and not isinstance(self.qk_norm, QKNorm):
             raise ConfigError(f"{what}): qk_norm={self.qk_norm!r}; it must be None or "
                               "attnspec.QKNorm(kind='rms' or 'layer', eps=..., per_head=...).")
+        if not isinstance(self.sinks, bool):
+            raise ConfigError(f"{what}): sinks={self.sinks!r}; it must be a bool (True: one "
+                              "learned sink logit per head joins each softmax, exported as "
+                              "'sinks' of shape (n_head,)).")
 
     @property
     def G(self) -> int:
@@ -230,12 +238,14 @@ class AttentionSpec:
             shapes |= {"q_norm_weight": q, "k_norm_weight": k}
             if self.qk_norm.kind == "layer":
                 shapes |= {"q_norm_bias": q, "k_norm_bias": k}
+        if self.sinks:
+            shapes["sinks"] = (H,)
         return shapes
 
     def required_weights(self) -> tuple[str, ...]:
         """The exported weights the reference cannot do without (the projections' biases may
         be left out: zero)."""
-        extra = tuple(k for k in self.weight_shapes() if k.startswith(("q_norm", "k_norm")))
+        extra = tuple(k for k in self.weight_shapes() if k in EXTRA_WEIGHT_KEYS)
         return ("q_weight", "k_weight", "v_weight", "o_weight", *extra)
 
     def describe(self) -> str:
@@ -298,13 +308,13 @@ def positions_from_json(positions: Any) -> RoPE | ALiBi | None:
 
 
 # The weights a spec's extras add to the projections' (exported only where the spec has them).
-EXTRA_WEIGHT_KEYS = ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias")
+EXTRA_WEIGHT_KEYS = ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias", "sinks")
 
 _TO_JSON: dict[str, Any] = {"positions": positions_to_json, "qk_norm": qk_norm_to_json}
 
 # The fields a protocol v2 subject may let vary (VARIANTS); n_embd and n_head always do.
 VARIABLE_FIELDS = ("n_kv_head", "head_dim", "window", "scale", "softcap", "positions", "bias",
-                   "qk_norm")
+                   "qk_norm", "sinks")
 
 
 def parse_variants(declared: Any) -> dict[str, Any]:

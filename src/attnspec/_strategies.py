@@ -178,6 +178,7 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
     softcap_st = field("softcap", st.one_of(st.none(), st.sampled_from((1.0, 5.0, 30.0))))
     bias_st = field("bias", st.booleans(), default=True)
     qk_norm_st = field("qk_norm", st.sampled_from(QK_NORMS))
+    sinks_st = field("sinks", st.booleans(), default=False)
     if need_groups:  # a norm over all G·D channels has no per-kv-head form to regroup
         qk_norm_st = qk_norm_st.filter(lambda n: n is None or n.per_head)
     own_width = variants.get("head_dim") is not None
@@ -221,7 +222,8 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
             return AttentionSpec(C, H, n_kv_head=None if G == H else G, head_dim=head_dim,
                                  window=draw(window_st), scale=draw(scale_st),
                                  softcap=draw(softcap_st), positions=positions,
-                                 bias=draw(bias_st), qk_norm=draw(qk_norm_st))
+                                 bias=draw(bias_st), qk_norm=draw(qk_norm_st),
+                                 sinks=draw(sinks_st))
         except ConfigError:  # a listed value that does not fit (n_kv_head not dividing H)
             assume(False)
             raise

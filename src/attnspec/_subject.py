@@ -216,6 +216,7 @@ _VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "scale": (lambda v: v is None or _positive(v), "a finite number > 0, or None"),
     "softcap": (lambda v: v is None or _positive(v), "a finite number > 0, or None"),
     "bias": (lambda v: isinstance(v, bool), "True or False"),
+    "sinks": (lambda v: isinstance(v, bool), "True or False"),
 }
 
 

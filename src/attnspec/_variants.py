@@ -16,11 +16,12 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from ._reference import attend, merge_heads, softmax_keys
-from ._spec import ALiBi, AttentionSpec, QKNorm, RoPE, alibi_slopes
+from ._spec import EXTRA_WEIGHT_KEYS, ALiBi, AttentionSpec, QKNorm, RoPE, alibi_slopes
 from ._trace import ShapeTrace
 from ._typecheck import TYPECHECK, shapechecked
 
-__all__ = ["SpecAttention", "extra_weights", "normed", "spec_attention", "turn", "visible"]
+__all__ = ["SpecAttention", "extra_weights", "normed", "sink_softmax", "spec_attention", "turn",
+           "visible"]
 
 
 def heads_of(
@@ -58,6 +59,8 @@ def extra_weights(spec: AttentionSpec, gen: torch.Generator) -> dict[str, Tensor
             out[key] = 1 + 0.25 * noise
         elif key in ("q_norm_bias", "k_norm_bias"):
             out[key] = 0.25 * noise
+        elif key == "sinks":  # logits of the size scores have, so a sink takes a real share
+            out[key] = 2 * noise
     return out
 
 
@@ -116,7 +119,18 @@ def spec_scores(
     return scores.masked_fill(~visible(T, spec.window, q.device), float("-inf"))
 
 
-_STEPS = (normed, heads_of, rotate, repeat_kv, spec_scores, softmax_keys, attend, merge_heads)
+def sink_softmax(
+    scores: Float[Tensor, "B H Tq Tk"], sinks: Float[Tensor, " H"]
+) -> Float[Tensor, "B H Tq Tk"]:
+    """Softmax over each row's keys and its head's sink logit, the sink's share dropped
+    (gpt-oss): rows sum to 1 - p_sink, and a row with every key masked gives zero weights."""
+    B, H, Tq, _ = scores.shape
+    sink = sinks.to(scores.dtype).view(1, H, 1, 1).expand(B, H, Tq, 1)
+    return torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
+
+
+_STEPS = (normed, heads_of, rotate, repeat_kv, spec_scores, softmax_keys, sink_softmax, attend,
+          merge_heads)
 _STEPS_RUN = SimpleNamespace(**{f.__name__: shapechecked(f) if TYPECHECK else f
                                 for f in _STEPS})
 
@@ -168,8 +182,12 @@ def _pipeline(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, off
         ["ALiBi"] if isinstance(spec.positions, ALiBi) else [])
     record("scores", scores, f"q @ k^T x {spec.attn_scale:.4g}"
            + "".join(f", {e}" for e in extras) + f", {masking}")
-    attention = steps.softmax_keys(scores)
-    record("weights", attention)
+    if spec.sinks:
+        attention = steps.sink_softmax(scores, weights["sinks"])
+        record("weights", attention, "softmax over keys and the head's sink, the sink dropped")
+    else:
+        attention = steps.softmax_keys(scores)
+        record("weights", attention)
     if keep is not None:
         keep.append(attention)
     y = steps.attend(attention, v)
@@ -208,6 +226,8 @@ class SpecAttention(nn.Module):
             if spec.qk_norm.kind == "layer":
                 self.q_norm_bias = nn.Parameter(torch.zeros(shapes["q_norm_bias"]))
                 self.k_norm_bias = nn.Parameter(torch.zeros(shapes["k_norm_bias"]))
+        if spec.sinks:  # a sink logit of 0 per head: it takes a share as large as a zero score's
+            self.sinks = nn.Parameter(torch.zeros(H))
 
     def extra_repr(self) -> str:
         return self.spec.describe()
@@ -224,7 +244,8 @@ class SpecAttention(nn.Module):
 
     def attention_weights(self, x: Tensor) -> Tensor:
         """The softmax weights (B, H, T, T) of every query head on `x`: zero outside the window,
-        tilted by ALiBi, shared by the query heads of one key/value head."""
+        tilted by ALiBi, shared by the query heads of one key/value head; with sinks, each row
+        sums to 1 less its sink's share."""
         kept: list[Tensor] = []
         _pipeline(x, self.export_weights(), self.spec, 0, kept)
         return kept[0]
@@ -268,5 +289,5 @@ class SpecAttention(nn.Module):
         out = {f"{n}_weight": getattr(self, n).weight for n in "qkvo"}
         if self.spec.bias:
             out |= {f"{n}_bias": getattr(self, n).bias for n in "qkvo"}
-        extras = [k for k in self.spec.weight_shapes() if k.startswith(("q_norm", "k_norm"))]
+        extras = [k for k in self.spec.weight_shapes() if k in EXTRA_WEIGHT_KEYS]
         return out | {k: getattr(self, k) for k in extras}

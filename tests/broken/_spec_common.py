@@ -35,6 +35,16 @@ class SpecAttn(nn.Module):
             if norm.kind == "layer":
                 self.q_norm_bias = nn.Parameter(0.3 * (torch.rand(q_n) * 2 - 1))
                 self.k_norm_bias = nn.Parameter(0.3 * (torch.rand(k_n) * 2 - 1))
+        if spec.sinks:
+            self.sinks = nn.Parameter(torch.randn(H))
+
+    def softmax(self, scores: Tensor) -> Tensor:
+        """Over the keys, and with sinks over each head's sink logit too, dropped after."""
+        if not self.spec.sinks:
+            return torch.softmax(scores, dim=-1)
+        B, H, Tq, _ = scores.shape
+        sink = self.sinks.to(scores.dtype)[None, :, None, None].expand(B, H, Tq, 1)
+        return torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
 
     def norm(self, t: Tensor, which: str) -> Tensor:
         """q or k (B, T, N·D) normalised per head (or over all of it), as RMSNorm/LayerNorm."""
@@ -122,7 +132,7 @@ class SpecAttn(nn.Module):
             slope = torch.tensor(self.slopes(H), dtype=scores.dtype, device=x.device)
             scores = scores - slope[:, None, None] * (i - j).to(scores.dtype)
         scores = scores.masked_fill(~self.allowed(T, x.device), float("-inf"))
-        y = torch.softmax(scores, dim=-1) @ v
+        y = self.softmax(scores) @ v
         return self.o(y.transpose(1, 2).reshape(B, T, H * D))
 
 
@@ -139,7 +149,7 @@ class SpecAttn(nn.Module):
         """Softmax over the keys seen; a row that sees none gets zero weights."""
         scores = scores.masked_fill(~seen, float("-inf"))
         some = seen.any(dim=-1, keepdim=True)
-        return torch.softmax(scores.masked_fill(~some, 0.0), dim=-1) * some
+        return self.softmax(scores.masked_fill(~some, 0.0)) * some
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, qi: Tensor, kj: Tensor, qpos: Tensor,
                kpos: Tensor, keep: Tensor | None) -> Tensor:
@@ -273,5 +283,5 @@ def export_weights(module: nn.Module) -> dict[str, Tensor]:
     out = {f"{n}_weight": getattr(module, n).weight for n in "qkvo"}
     if module.q.bias is not None:
         out |= {f"{n}_bias": getattr(module, n).bias for n in "qkvo"}
-    extras = ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias")
+    extras = ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias", "sinks")
     return out | {k: getattr(module, k) for k in extras if hasattr(module, k)}
