@@ -512,3 +512,64 @@ def test_sinks_hold_on_every_inference_path_and_empty_rows_give_zero() -> None:
         module.sinks.copy_(w["sinks"])
         rows = module.attention_weights(x).sum(-1)  # 1 less the sink's share, per row
     assert bool((rows < 1).all()) and bool((rows > 0).all())
+
+
+def test_falcon_rw_alibi_is_given_slopes_over_sqrt_d() -> None:
+    from transformers import FalconConfig
+    from transformers.models.falcon.modeling_falcon import FalconAttention, build_alibi_tensor
+
+    C, H, D, T = 16, 4, 4, 9
+    config = FalconConfig(hidden_size=C, num_attention_heads=H, alibi=True, multi_query=False,
+                          new_decoder_architecture=False, bias=True)
+    config._attn_implementation = "eager"
+    attn = FalconAttention(config, layer_idx=0).double()
+    _randomised(attn)
+    # Per head, the fused projection holds its q, k and v rows in turn: (H, 3, D, C).
+    fused = attn.query_key_value.weight.detach().view(H, 3, D, C)
+    fused_bias = attn.query_key_value.bias.detach().view(H, 3, D)
+    w = {f"{n}_weight": fused[:, i].reshape(H * D, C) for i, n in enumerate("qkv")}
+    w |= {f"{n}_bias": fused_bias[:, i].reshape(H * D) for i, n in enumerate("qkv")}
+    w |= {"o_weight": attn.dense.weight.detach(), "o_bias": attn.dense.bias.detach()}
+    # Falcon-RW adds slope·j to q·k, then scales both by 1/sqrt(D): the slopes, over sqrt(D).
+    spec = AttentionSpec(C, H, positions=ALiBi(slopes=tuple(
+        s / math.sqrt(D) for s in alibi_slopes(H))))
+    x = _x(spec, T=T)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    mask = torch.zeros(T, T, dtype=torch.float64).masked_fill(future, float("-inf"))[None, None]
+    with torch.no_grad():
+        alibi = build_alibi_tensor(torch.ones(2, T), H, torch.float64)
+        hf = attn(x, alibi, mask)[0]
+    torch.testing.assert_close(spec_attention(x, w, spec), hf, rtol=1e-10, atol=1e-10)
+    # The paper's slopes (BLOOM: added after the scale) are not Falcon-RW's.
+    assert not torch.allclose(spec_attention(x, w, AttentionSpec(C, H, positions=ALiBi())), hf)
+
+
+def test_given_alibi_slopes_are_checked_and_round_trip() -> None:
+    with pytest.raises(ConfigError) as raised:
+        AttentionSpec(16, 4, positions=ALiBi(slopes=(0.5, 0.25)))
+    assert "ALiBi has 2 slopes, but each of the n_head=4 query heads needs its own: give 4" \
+        in str(raised.value)
+    with pytest.raises(ConfigError, match=r"each must be a finite number \(nan is not\)"):
+        ALiBi(slopes=(0.5, float("nan")))
+    with pytest.raises(ConfigError, match="a tuple of one float per query head"):
+        ALiBi(slopes=0.5)  # type: ignore[arg-type]
+    given = AttentionSpec(16, 4, positions=ALiBi(slopes=[1, 0.5, 0.0, 0.125]))  # type: ignore
+    assert given.positions == ALiBi(slopes=(1.0, 0.5, 0.0, 0.125))
+    assert given.to_json()["positions"] == {"kind": "alibi", "slopes": [1.0, 0.5, 0.0, 0.125]}
+    assert AttentionSpec.from_json(given.to_json()) == given
+    assert AttentionSpec(16, 4, positions=ALiBi()).to_json()["positions"] == {"kind": "alibi"}
+
+
+def test_given_alibi_slopes_hold_on_every_inference_path() -> None:
+    from attnspec._inference import cross_attention, decode_attention, padded_attention
+
+    spec = AttentionSpec(16, 4, n_kv_head=2, positions=ALiBi(slopes=(1.0, 0.0, 0.3, 2.0)))
+    w, x = _weights(spec), _x(spec, T=7)
+    whole = spec_attention(x, w, spec)
+    i, j = torch.arange(7)[:, None], torch.arange(7)[None, :]
+    bias = -torch.tensor([1.0, 0.0, 0.3, 2.0], dtype=torch.float64)[:, None, None] * (i - j)
+    torch.testing.assert_close(whole, _sdpa(x, w, spec, bias=bias), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(decode_attention(x, w, spec, [2, 5]), whole)
+    torch.testing.assert_close(cross_attention(x[:, 3:], x, w, spec), whole[:, 3:])
+    torch.testing.assert_close(padded_attention(x, w, spec, torch.ones(2, 7, dtype=torch.bool)),
+                               whole)

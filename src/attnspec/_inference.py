@@ -19,7 +19,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ._reference import merge_heads
-from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
+from ._spec import ALiBi, AttentionSpec, RoPE
 from ._variants import heads_of, normed, repeat_kv, sink_softmax, turn
 
 __all__ = ["CORNERS", "MASKED_ROWS", "PADDING_VALUES", "Corner", "KVCache", "attend_at",
@@ -93,7 +93,7 @@ def _core(q: Float[Tensor, "B H Tq D"], k: Float[Tensor, "B G Tk D"],
     if spec.softcap is not None:
         scores = spec.softcap * torch.tanh(scores / spec.softcap)
     if isinstance(spec.positions, ALiBi):
-        slopes = torch.tensor(alibi_slopes(H), dtype=scores.dtype, device=q.device)
+        slopes = torch.tensor(spec.positions.slopes_for(H), dtype=scores.dtype, device=q.device)
         distance = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).to(scores.dtype)
         scores = scores - slopes[None, :, None, None] * distance
     seen = k_index[None, :] <= q_index[:, None]  # (Tq, Tk)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ._errors import ConfigError
-from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
+from ._spec import ALiBi, AttentionSpec, RoPE
 
 if TYPE_CHECKING:
     import torch
@@ -97,9 +97,9 @@ def check_shardable(spec: AttentionSpec, world: int, kind: str, T: int | None = 
 # torch is imported inside them, so importing this module stays free of torch.
 
 
-def _alibi_of(H: int, heads: range) -> list[float]:
+def _alibi_of(alibi: ALiBi, H: int, heads: range) -> list[float]:
     # ALiBi's slope belongs to the global head: local head i of a rank is global head heads[i].
-    return alibi_slopes(H)[heads.start:heads.stop]
+    return alibi.slopes_for(H)[heads.start:heads.stop]
 
 
 def tp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
@@ -137,8 +137,8 @@ def tp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
             q, k = rotate(q, spec.positions, 0), rotate(k, spec.positions, 0)
         scores = spec_scores(q, repeat_kv(k, h), plain)
         if isinstance(spec.positions, ALiBi):
-            slopes = torch.tensor(_alibi_of(H, range(r * h, (r + 1) * h)), dtype=x.dtype,
-                                  device=x.device)
+            slopes = torch.tensor(_alibi_of(spec.positions, H, range(r * h, (r + 1) * h)),
+                                  dtype=x.dtype, device=x.device)
             scores = scores - slopes[:, None, None] * distance  # masked keys stay -inf
         merged = merge_heads(attend(softmax_keys(scores), repeat_kv(v, h)))
         partial = F.linear(merged, weights["o_weight"][:, rows["q"]])
@@ -205,7 +205,7 @@ def cp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, 
     check_shardable(spec, world, "positions", T=T, layout=layout)
     H, G, D = spec.n_head, spec.G, spec.D
     merge = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
-    slopes = (torch.tensor(alibi_slopes(H), dtype=x.dtype, device=x.device)
+    slopes = (torch.tensor(spec.positions.slopes_for(H), dtype=x.dtype, device=x.device)
               if isinstance(spec.positions, ALiBi) else None)
     held = [torch.tensor(shard_positions_of(T, r, world, layout), device=x.device)
             for r in range(world)]

@@ -55,7 +55,34 @@ class RoPE:
 @dataclass(frozen=True)
 class ALiBi:
     """Attention with linear biases: head h adds -slope_h * (i - j) to the score of query i and
-    key j, with the paper's slopes (`alibi_slopes`), as BLOOM and MPT use them."""
+    key j (after the scale and soft cap).
+
+    - `slopes`: None for the paper's (`alibi_slopes`, as BLOOM and MPT use them), or one finite
+      slope per query head (the spec checks there are n_head of them).
+
+    A model that adds its bias before scaling the scores (Falcon-RW: (q·k + slope·j) / sqrt(D))
+    is `ALiBi(slopes=tuple(s / math.sqrt(D) for s in alibi_slopes(H)))`.
+    """
+
+    slopes: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.slopes is None:
+            return
+        if isinstance(self.slopes, str) or not isinstance(self.slopes, tuple | list):
+            raise ConfigError(f"Invalid ALiBi: slopes={self.slopes!r}; give None (the paper's "
+                              "slopes) or a tuple of one float per query head.")
+        bad = [s for s in self.slopes if isinstance(s, bool) or not isinstance(s, int | float)
+               or not math.isfinite(s)]
+        if bad or not self.slopes:
+            raise ConfigError(f"Invalid ALiBi: slopes={self.slopes!r}; each must be a finite "
+                              f"number{f' ({bad[0]!r} is not)' if bad else ''}, one per query "
+                              "head, and there must be at least one.")
+        object.__setattr__(self, "slopes", tuple(float(s) for s in self.slopes))  # hashable
+
+    def slopes_for(self, n_head: int) -> list[float]:
+        """Each query head's slope: the given ones, or the paper's for n_head heads."""
+        return alibi_slopes(n_head) if self.slopes is None else list(self.slopes)
 
 
 def alibi_slopes(n_head: int) -> list[float]:
@@ -201,6 +228,12 @@ class AttentionSpec:
                     f"{what}, head_dim={D}, RoPE fraction={self.positions.fraction}): RoPE "
                     f"rotates channel pairs, so int(head_dim * fraction) = {rotary} must be "
                     f"even and >= 2; {hint}.")
+        if isinstance(self.positions, ALiBi) and self.positions.slopes is not None and len(
+                self.positions.slopes) != self.n_head:
+            raise ConfigError(
+                f"{what}): ALiBi has {len(self.positions.slopes)} slopes, but each of the "
+                f"n_head={self.n_head} query heads needs its own: give {self.n_head} slopes, or "
+                "slopes=None for the paper's.")
         if not isinstance(self.bias, bool):
             raise ConfigError(f"{what}): bias={self.bias!r}; it must be a bool.")
         if self.qk_norm is not None and not isinstance(self.qk_norm, QKNorm):
@@ -290,7 +323,10 @@ def positions_to_json(value: RoPE | ALiBi | None) -> dict[str, Any] | None:
     if isinstance(value, RoPE):
         return {"kind": "rope", "theta": value.theta, "fraction": value.fraction,
                 "interleaved": value.interleaved}
-    return {"kind": "alibi"} if isinstance(value, ALiBi) else None
+    if isinstance(value, ALiBi):
+        return {"kind": "alibi"} if value.slopes is None else {"kind": "alibi",
+                                                               "slopes": list(value.slopes)}
+    return None
 
 
 def positions_from_json(positions: Any) -> RoPE | ALiBi | None:
@@ -301,10 +337,11 @@ def positions_from_json(positions: Any) -> RoPE | ALiBi | None:
         rest = {k: v for k, v in positions.items() if k != "kind"}
         if kind == "rope" and set(rest) <= {"theta", "fraction", "interleaved"}:
             return RoPE(**rest)
-        if kind == "alibi" and not rest:
-            return ALiBi()
+        if kind == "alibi" and set(rest) <= {"slopes"}:
+            return ALiBi(**rest)
     raise ConfigError(f"positions={positions!r}: expected null, {{'kind': 'rope', 'theta': ..., "
-                      "'fraction': ..., 'interleaved': ...} or {'kind': 'alibi'}.")
+                      "'fraction': ..., 'interleaved': ...} or {'kind': 'alibi', 'slopes': null "
+                      "or [one per head]}.")
 
 
 # The weights a spec's extras add to the projections' (exported only where the spec has them).

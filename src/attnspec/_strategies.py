@@ -145,6 +145,12 @@ QK_NORMS: tuple[QKNorm | None, ...] = (
     QKNorm(kind="layer", per_head=False))
 
 
+# In the "any" draw of positions: ALiBi with a slope per head drawn from SLOPES.
+DRAWN_SLOPES = "ALiBi with drawn slopes"
+SLOPES = st.one_of(st.sampled_from((0.0, 0.5, 2.0 ** -4)),
+                   st.floats(0.0, 1.0, allow_nan=False, allow_infinity=False))
+
+
 def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = False,
           need_groups: bool = False, need_rope: bool = False, max_heads: int = MAX_HEADS,
           max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH, heads_per: int = 1,
@@ -171,7 +177,10 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
     window_st = field("window", st.one_of(st.none(), windows))
     if need_window:
         window_st = window_st.filter(lambda w: w is not None)
-    positions_st = field("positions", st.sampled_from(POSITIONS))
+    positions_st = field("positions", st.sampled_from((*POSITIONS, DRAWN_SLOPES)))
+    # A listed ALiBi with given slopes fixes n_head: positions are drawn first, H follows.
+    slopes_listed = isinstance(variants.get("positions"), list) and any(
+        isinstance(p, dict) and p.get("slopes") is not None for p in variants["positions"])
     if need_rope:
         positions_st = positions_st.filter(lambda p: isinstance(p, RoPE))
     scale_st = field("scale", st.one_of(st.none(), st.sampled_from((0.05, 0.25, 1.0))))
@@ -187,6 +196,7 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
 
     @st.composite
     def draw(draw: st.DrawFn) -> AttentionSpec:
+        early = draw(positions_st) if slopes_listed else None
         wide = can_be_wide and draw(wide_st)
         most_heads = max_heads if wide else min(NARROW_HEADS, max_heads)
         heads = (grouped_heads(variants, most_heads) or grouped_heads(variants, max_heads)
@@ -194,10 +204,15 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
         if heads_per > 1:
             heads = [h for h in range(1, max_heads + 1) if h % heads_per == 0 and
                      (h <= most_heads or h == heads_per)]
+        if isinstance(early, ALiBi) and early.slopes is not None:
+            heads = [len(early.slopes)]
+            assume(heads[0] % heads_per == 0 and heads[0] <= max_heads)
         H = draw(st.sampled_from([h for h in heads if h <= max_width] or heads))
         most_dim = (min(max_head_dim, max(1, max_width // H)) if wide
                     else min(NARROW_HEAD_DIM, max_head_dim, max(1, max_width // H)))
-        positions = draw(positions_st)
+        positions = early if slopes_listed else draw(positions_st)
+        if positions == DRAWN_SLOPES:  # slopes of its own per head (as Falcon-RW's are)
+            positions = ALiBi(tuple(draw(st.lists(SLOPES, min_size=H, max_size=H))))
         if isinstance(positions, RoPE):  # it turns channel pairs: D among the sizes it can
             rope = positions
             fits = [d for d in range(1, most_dim + 1)

@@ -230,7 +230,7 @@ def check_variants(variants: Mapping[str, Any], target: str) -> None:
     """Raise TargetError, naming the field, the value and why, for a listed VARIANTS value (in
     `parse_variants`' JSON form) that no AttentionSpec attnspec can draw could take: every
     example with it would be refused, and the property skipped unchecked."""
-    from ._spec import RoPE, positions_from_json, qk_norm_from_json
+    from ._spec import ALiBi, RoPE, positions_from_json, qk_norm_from_json
 
     def bad(name: str, value: Any, why: str) -> TargetError:
         if isinstance(value, dict) and value.get("kind") == "rope":  # as the subject wrote it
@@ -253,6 +253,11 @@ def check_variants(variants: Mapping[str, Any], target: str) -> None:
                     positions = positions_from_json(value)
                 except (ConfigError, TypeError) as error:
                     raise bad(name, value, str(error).rstrip(".")) from None
+                if isinstance(positions, ALiBi) and positions.slopes is not None and len(
+                        positions.slopes) > HEADS_LIMIT:
+                    raise bad(name, value, f"ALiBi's {len(positions.slopes)} slopes fix n_head "
+                                           f"at {len(positions.slopes)}, and attnspec draws "
+                                           f"n_head up to {HEADS_LIMIT}")
                 if isinstance(positions, RoPE) and not _rotates_some_head(positions.fraction):
                     raise bad(name, value, f"RoPE rotates int(head_dim * fraction) "
                                                f"channels, an even number >= 2, and fraction="

@@ -16,7 +16,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from ._reference import attend, merge_heads, softmax_keys
-from ._spec import EXTRA_WEIGHT_KEYS, ALiBi, AttentionSpec, QKNorm, RoPE, alibi_slopes
+from ._spec import EXTRA_WEIGHT_KEYS, ALiBi, AttentionSpec, QKNorm, RoPE
 from ._trace import ShapeTrace
 from ._typecheck import TYPECHECK, shapechecked
 
@@ -111,7 +111,8 @@ def spec_scores(
         scores = spec.softcap * torch.tanh(scores / spec.softcap)
     T = q.size(-2)
     if isinstance(spec.positions, ALiBi):
-        slopes = torch.tensor(alibi_slopes(q.size(1)), dtype=scores.dtype, device=q.device)
+        slopes = torch.tensor(spec.positions.slopes_for(q.size(1)), dtype=scores.dtype,
+                              device=q.device)
         i = torch.arange(T, device=q.device)[:, None]
         j = torch.arange(T, device=q.device)[None, :]
         scores = scores - slopes[:, None, None] * (i - j).to(scores.dtype)

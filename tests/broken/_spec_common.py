@@ -105,13 +105,17 @@ class SpecAttn(nn.Module):
         return 1.0 / math.sqrt(self.spec.D) if s is None else s
 
     def slopes(self, H: int) -> list[float]:
+        given = getattr(self.spec.positions, "slopes", None)
+        return list(given) if given is not None else self.paper_slopes(H)
+
+    def paper_slopes(self, H: int) -> list[float]:
         def pow2(n: int) -> list[float]:
             start = 2 ** (-(2 ** -(math.log2(n) - 3)))
             return [start * start ** i for i in range(n)]
         if math.log2(H).is_integer():
             return pow2(H)
         low = 2 ** math.floor(math.log2(H))
-        return pow2(low) + self.slopes(2 * low)[0::2][:H - low]
+        return pow2(low) + self.paper_slopes(2 * low)[0::2][:H - low]
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
