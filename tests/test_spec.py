@@ -10,7 +10,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnspec import ALiBi, AttentionSpec, ConfigError, DivisibilityError, QKNorm, RoPE
+from attnspec import (
+    ALiBi,
+    AttentionSpec,
+    ConfigError,
+    DivisibilityError,
+    DynamicNTK,
+    LinearScaling,
+    Llama3Scaling,
+    QKNorm,
+    RoPE,
+    YaRN,
+)
 from attnspec._reference import CausalSelfAttention, reference_attention
 from attnspec._spec import alibi_slopes
 from attnspec._variants import SpecAttention, spec_attention
@@ -573,3 +584,179 @@ def test_given_alibi_slopes_hold_on_every_inference_path() -> None:
     torch.testing.assert_close(cross_attention(x[:, 3:], x, w, spec), whole[:, 3:])
     torch.testing.assert_close(padded_attention(x, w, spec, torch.ones(2, 7, dtype=torch.bool)),
                                whole)
+
+
+def _hf_rope(rope: RoPE, D: int, max_position: int = 4096, seq_len: int | None = None,
+             ) -> tuple[Tensor, float]:
+    """transformers' own inv_freq and attention factor (ROPE_INIT_FUNCTIONS) for `rope`."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    s = rope.scaling
+    params: dict[str, object] = {"rope_theta": rope.theta, "partial_rotary_factor": rope.fraction}
+    if isinstance(s, LinearScaling):
+        params |= {"rope_type": "linear", "factor": s.factor}
+    elif isinstance(s, DynamicNTK):  # its original length is transformers' max_position_embeddings
+        params |= {"rope_type": "dynamic", "factor": s.factor}
+        max_position = s.original_max_position
+    elif isinstance(s, YaRN):
+        params |= {"rope_type": "yarn", "factor": s.factor, "beta_fast": s.beta_fast,
+                   "beta_slow": s.beta_slow, "truncate": s.truncate,
+                   "original_max_position_embeddings": s.original_max_position}
+        params |= {k: getattr(s, k) for k in ("attention_factor", "mscale", "mscale_all_dim")
+                   if getattr(s, k) is not None}
+        max_position = int(s.original_max_position * s.factor)
+    elif isinstance(s, Llama3Scaling):
+        params |= {"rope_type": "llama3", "factor": s.factor,
+                   "low_freq_factor": s.low_freq_factor, "high_freq_factor": s.high_freq_factor,
+                   "original_max_position_embeddings": s.original_max_position}
+    config = LlamaConfig(hidden_size=4 * D, num_attention_heads=4, head_dim=D,
+                         max_position_embeddings=max_position, rope_parameters=params)
+    inv, factor = ROPE_INIT_FUNCTIONS[str(params["rope_type"])](config, "cpu", seq_len=seq_len)
+    return inv.double(), float(factor)
+
+
+SCALED = [
+    RoPE(scaling=LinearScaling(4.0)), RoPE(theta=1e6, fraction=0.5, scaling=LinearScaling(2.5)),
+    RoPE(scaling=YaRN(4.0, 32)), RoPE(theta=150000.0, scaling=YaRN(32.0, 4096)),
+    RoPE(scaling=YaRN(8.0, 64, beta_fast=16.0, beta_slow=2.0, truncate=False)),
+    RoPE(scaling=YaRN(40.0, 4096, mscale=1.0, mscale_all_dim=0.707)),  # DeepSeek-V3's
+    RoPE(scaling=YaRN(2.0, 128, attention_factor=1.5), fraction=0.5),
+    RoPE(theta=500000.0, scaling=Llama3Scaling()),  # Llama 3.1
+    RoPE(theta=500000.0, scaling=Llama3Scaling(32.0, 1.0, 4.0, 8192)),  # Llama 3.2
+    RoPE(scaling=Llama3Scaling(4.0, 2.0, 8.0, 64), interleaved=True),
+]
+
+
+@pytest.mark.parametrize("rope", SCALED, ids=lambda r: repr(r.scaling))
+@pytest.mark.parametrize("D", [16, 64])
+def test_rope_scaling_frequencies_and_attention_factor_are_transformers(rope: RoPE,
+                                                                        D: int) -> None:
+    from attnspec._variants import frequencies
+
+    rot = rope.rotary_dim(D)
+    ours, factor = frequencies(rope, rot, 1, torch.float64, torch.device("cpu"))
+    theirs, their_factor = _hf_rope(rope, D)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=0)  # theirs are float32
+    assert factor == pytest.approx(their_factor, rel=1e-12)
+
+
+@pytest.mark.parametrize(("factor", "original", "L"), [
+    (2.0, 16, 40), (2.0, 16, 16), (4.0, 32, 33), (8.0, 2048, 5000)])
+def test_dynamic_ntk_rebases_on_the_length_seen_as_transformers(factor: float, original: int,
+                                                                L: int) -> None:
+    from attnspec._variants import frequencies
+
+    rope = RoPE(scaling=DynamicNTK(factor, original))
+    ours, one = frequencies(rope, 16, L, torch.float64, torch.device("cpu"))
+    theirs, _ = _hf_rope(rope, 16, seq_len=L)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=0)
+    plain, _ = frequencies(RoPE(), 16, L, torch.float64, torch.device("cpu"))
+    assert one == 1.0 and torch.equal(ours, plain) == (L <= original)
+
+
+def test_yarns_attention_factor_scales_q_dot_k_by_its_square() -> None:
+    spec = AttentionSpec(32, 4, scale=1.0, positions=RoPE(scaling=YaRN(4.0, 32)))
+    w, x = _weights(spec), _x(spec)
+    q = F.linear(x, w["q_weight"], w["q_bias"]).view(2, 9, 4, 8).transpose(1, 2)
+    k = F.linear(x, w["k_weight"], w["k_bias"]).view(2, 9, 4, 8).transpose(1, 2)
+    from attnspec._variants import frequencies, rotate, spec_scores
+
+    inv, af = frequencies(spec.positions, 8, 9, torch.float64, torch.device("cpu"))
+    assert af == pytest.approx(0.1 * math.log(4.0) + 1)
+    ours = spec_scores(rotate(q, spec.positions, 0), rotate(k, spec.positions, 0), spec)
+    angle = torch.arange(9, dtype=torch.float64)[:, None] * inv
+    cos, sin = angle.cos(), angle.sin()
+
+    def by_hand(t: Tensor) -> Tensor:
+        a, b = t[..., :4], t[..., 4:]
+        return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+
+    plain = by_hand(q) @ by_hand(k).transpose(-1, -2)
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()
+    torch.testing.assert_close(ours[..., causal], (af ** 2 * plain)[..., causal])
+
+
+@pytest.mark.parametrize("rope", [RoPE(scaling=YaRN(4.0, 4)), RoPE(scaling=LinearScaling(2.0)),
+                                  RoPE(theta=500000.0, scaling=Llama3Scaling(8.0, 1.0, 4.0, 4))])
+def test_static_rope_scaling_holds_on_every_inference_path(rope: RoPE) -> None:
+    from attnspec._inference import cross_attention, decode_attention, padded_attention
+
+    spec = AttentionSpec(32, 4, n_kv_head=2, positions=rope)
+    w, x = _weights(spec), _x(spec, T=9)
+    whole = spec_attention(x, w, spec)
+    torch.testing.assert_close(decode_attention(x, w, spec, [4, 1, 4]), whole)
+    torch.testing.assert_close(cross_attention(x[:, 5:], x, w, spec), whole[:, 5:])
+    torch.testing.assert_close(padded_attention(x, w, spec, torch.ones(2, 9, dtype=torch.bool)),
+                               whole)
+    assert not torch.allclose(whole, spec_attention(x, w, AttentionSpec(32, 4, n_kv_head=2,
+                                                                         positions=RoPE())))
+
+
+def test_dynamic_ntk_length_is_the_calls_and_a_cache_keeps_its_turns() -> None:
+    from attnspec._inference import decode_attention, decode_step, padded_attention
+
+    spec = AttentionSpec(32, 4, positions=RoPE(scaling=DynamicNTK(2.0, 6)))
+    w, x = _weights(spec), _x(spec, T=9)
+    whole = spec_attention(x, w, spec)  # L = 9 > 6: every position on the rebased frequencies
+    short = spec_attention(x[:, :6], w, spec)  # L = 6: plain RoPE
+    plain = AttentionSpec(32, 4, positions=RoPE())
+    torch.testing.assert_close(short, spec_attention(x[:, :6], w, plain))
+    assert not torch.allclose(whole[:, :6], short)
+    # Decoding: the prefill's keys keep L = 6; each later call rebases on offset + t.
+    out, cache = decode_step(x[:, :6], w, spec, None, 0)
+    outs = [out]
+    for t in range(6, 9):
+        out, cache = decode_step(x[:, t:t + 1], w, spec, cache, t)
+        outs.append(out)
+    torch.testing.assert_close(decode_attention(x, w, spec, [6, 1, 1, 1]), torch.cat(outs, 1))
+    torch.testing.assert_close(torch.cat(outs, 1)[:, :6], short)
+    # Padding: L is 1 + the largest real position (the longest row's real length), whichever
+    # side the padding is on.
+    left, right = torch.ones(2, 9, dtype=torch.bool), torch.ones(2, 9, dtype=torch.bool)
+    left[1, :3], right[1, 6:] = False, False
+    moved = x.clone()
+    moved[1, :6] = x[1, 3:]
+    by_left, by_right = padded_attention(x, w, spec, left), padded_attention(moved, w, spec, right)
+    torch.testing.assert_close(by_left[0], whole[0])
+    torch.testing.assert_close(by_left[1, 3:], by_right[1, :6])
+
+
+def test_rope_scaling_is_checked_and_round_trips() -> None:
+    with pytest.raises(ConfigError, match=r"high_freq_factor=1.0 <= low_freq_factor=4.0"):
+        Llama3Scaling(8.0, 4.0, 1.0)
+    with pytest.raises(ConfigError, match="Invalid YaRN: original_max_position=0"):
+        YaRN(4.0, 0)
+    with pytest.raises(ConfigError, match="Invalid LinearScaling: factor=-1"):
+        LinearScaling(-1)
+    with pytest.raises(ConfigError, match="scaling='yarn'; it must be None"):
+        RoPE(scaling="yarn")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"dynamic NTK raises the base to r / \(r - 2\)"):
+        AttentionSpec(8, 4, positions=RoPE(scaling=DynamicNTK(2.0, 16)))
+    for rope in [*SCALED, RoPE(scaling=DynamicNTK(2.0, 16))]:
+        spec = AttentionSpec(64, 4, positions=rope)
+        assert AttentionSpec.from_json(spec.to_json()) == spec
+    assert "scaling" not in AttentionSpec(16, 4, positions=RoPE()).to_json()["positions"]
+    with pytest.raises(ConfigError, match="unknown fields"):
+        AttentionSpec.from_json({"n_embd": 16, "n_head": 4, "positions": {
+            "kind": "rope", "scaling": {"kind": "linear", "factor": 2.0, "alpha": 1}}})
+
+
+def test_the_reference_subject_passes_on_every_new_feature_and_hook() -> None:
+    # The built-in reference with what 2026 models ship, on every property with a hook: its
+    # forward, decode, padded, cross and shifted must agree with attnspec's own references.
+    import attnspec
+    import attnspec.subjects.variants as reference
+
+    hooks = {n: getattr(reference, n) for n in ("decode", "decode_padded", "shifted", "padded",
+                                                "cross")}
+    subject = _v2(VARIANTS={
+        "n_kv_head": "any", "qk_norm": "any", "sinks": "any", "positions": [
+            RoPE(scaling=DynamicNTK(2.0, 6)), RoPE(fraction=0.5, scaling=YaRN(4.0, 8)),
+            RoPE(theta=500000.0, scaling=Llama3Scaling(8.0, 1.0, 4.0, 16)),
+            ALiBi(slopes=(0.5, 0.0, 1.0, 0.25))]},
+        CORNER="bottom_right", MASKED_ROWS="zero", **hooks)
+    report = attnspec.verify(subject, only="oracle,decode,padding_invariance,masked_rows,"
+                             "causal_corner,relative_position", max_examples=4, seed=0,
+                             database=False, isolate=False, max_seq=16)
+    assert report.ok, report.summary()

@@ -19,8 +19,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ._reference import merge_heads
-from ._spec import ALiBi, AttentionSpec, RoPE
-from ._variants import heads_of, normed, repeat_kv, sink_softmax, turn
+from ._spec import ALiBi, AttentionSpec, DynamicNTK, RoPE
+from ._variants import frequencies, heads_of, normed, repeat_kv, sink_softmax, turn
 
 __all__ = ["CORNERS", "MASKED_ROWS", "PADDING_VALUES", "Corner", "KVCache", "attend_at",
            "corner_shift", "cross_attention", "decode_attention", "decode_step",
@@ -48,13 +48,15 @@ def corner_shift(corner: str, n_queries: int, n_keys: int) -> int:
 
 
 def rotate_at(t: Float[Tensor, "B N T D"], rope: RoPE, pos: Int[Tensor, "B T"],
-              ) -> Float[Tensor, "B N T D"]:
-    """RoPE with each row's own positions (padding shifts them)."""
+              length: int | None = None) -> Float[Tensor, "B N T D"]:
+    """RoPE with each row's own positions (padding shifts them); `length` (dynamic NTK's) is
+    1 + the largest position unless given."""
     rot = rope.rotary_dim(t.size(-1))
     exact = torch.float64 if t.dtype == torch.float64 else torch.float32
-    freq = rope.theta ** (-torch.arange(0, rot, 2, dtype=exact, device=t.device) / rot)
+    seen = int(pos.max()) + 1 if length is None else length
+    freq, factor = frequencies(rope, rot, seen, exact, t.device)
     angle = pos.to(device=t.device, dtype=exact)[:, None, :, None] * freq  # (B, 1, T, rot / 2)
-    return turn(t, rope, angle)
+    return turn(t, rope, angle, factor)
 
 
 def _project(x: Tensor, weights: Mapping[str, Tensor], name: str, spec: AttentionSpec) -> Tensor:
@@ -116,7 +118,9 @@ def attend_at(x_q: Float[Tensor, "B Tq C"], x_kv: Float[Tensor, "B Tk C"],
     """The whole attention with queries from `x_q` and keys and values from `x_kv`."""
     q, k, v = _qkv(x_q, x_kv, weights, spec)
     if isinstance(spec.positions, RoPE):
-        q, k = rotate_at(q, spec.positions, q_pos), rotate_at(k, spec.positions, k_pos)
+        seen = int(max(q_pos.max(), k_pos.max())) + 1  # one length for the call's q and k
+        q = rotate_at(q, spec.positions, q_pos, seen)
+        k = rotate_at(k, spec.positions, k_pos, seen)
     y = _core(q, k, v, spec, q_index, k_index, q_pos, k_pos, key_mask, _sinks(weights, spec))
     return F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias"))
 
@@ -156,11 +160,34 @@ def cross_attention(x_q: Float[Tensor, "B Tq C"], x_kv: Float[Tensor, "B Tk C"],
 def decode_attention(x: Float[Tensor, "B T C"], weights: Mapping[str, Tensor],
                      spec: AttentionSpec, chunks: list[int]) -> Float[Tensor, "B T C"]:
     """The full forward computed chunk by chunk, each chunk's queries on every key so far
-    (recomputed, not cached: the runner's yardstick for a decode's own discrepancy)."""
+    (recomputed, not cached: the runner's yardstick for a decode's own discrepancy). With
+    dynamic NTK the cache's keys keep the turn they got when cached, so it is decoded."""
+    if _dynamic(spec):
+        return _decoded(x, weights, spec, chunks, None)
     outs, start = [], 0
     for size in chunks:
         end = start + size
         outs.append(cross_attention(x[:, start:end], x[:, :end], weights, spec))
+        start = end
+    return torch.cat(outs, dim=1)
+
+
+def _dynamic(spec: AttentionSpec) -> bool:
+    return isinstance(spec.positions, RoPE) and isinstance(spec.positions.scaling, DynamicNTK)
+
+
+def _decoded(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, chunks: list[int],
+             mask: Tensor | None) -> Tensor:
+    """x decoded chunk by chunk against the reference's own cache (padded where mask given)."""
+    outs, cache, start = [], None, 0
+    for size in chunks:
+        end = start + size
+        if mask is None:
+            out, cache = decode_step(x[:, start:end], weights, spec, cache, start)
+        else:
+            out, cache = padded_decode_step(x[:, start:end], weights, spec, cache, start,
+                                            mask[:, :end])
+        outs.append(out)
         start = end
     return torch.cat(outs, dim=1)
 
@@ -209,8 +236,11 @@ def padded_decode_attention(x: Float[Tensor, "B T C"], weights: Mapping[str, Ten
                             spec: AttentionSpec, chunks: list[int],
                             key_mask: Bool[Tensor, "B T"]) -> Float[Tensor, "B T C"]:
     """`padded_attention` computed chunk by chunk, each chunk's queries on every key so far
-    (recomputed: the runner's yardstick for a padded decode's own discrepancy)."""
+    (recomputed: the runner's yardstick for a padded decode's own discrepancy; decoded with
+    dynamic NTK, as `decode_attention`)."""
     mask = key_mask.to(device=x.device, dtype=torch.bool)
+    if _dynamic(spec):
+        return _decoded(x, weights, spec, chunks, mask)
     x0 = x.masked_fill(~mask[..., None], 0.0)
     pos = padding_positions(mask)
     outs, start = [], 0

@@ -214,7 +214,8 @@ def cp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, 
         q, k, v = (heads_of(F.linear(x[:, pos], weights[f"{n}_weight"], weights.get(f"{n}_bias")),
                             n_, D) for n, n_ in (("q", H), ("k", G), ("v", G)))
         if isinstance(spec.positions, RoPE):
-            q, k = rotate_at(q, spec.positions, pos[None]), rotate_at(k, spec.positions, pos[None])
+            q = rotate_at(q, spec.positions, pos[None], T)  # T: dynamic NTK's length, global
+            k = rotate_at(k, spec.positions, pos[None], T)
         qkv.append((q, k, v))
     shards = []
     for r in range(world):

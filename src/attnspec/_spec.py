@@ -14,8 +14,125 @@ from typing import Any
 from ._config import _check_count, check_config, divisors
 from ._errors import ConfigError, DivisibilityError
 
-__all__ = ["VARIABLE_FIELDS", "ALiBi", "AttentionSpec", "QKNorm", "RoPE", "alibi_slopes",
+__all__ = ["VARIABLE_FIELDS", "ALiBi", "AttentionSpec", "DynamicNTK", "LinearScaling",
+           "Llama3Scaling", "QKNorm", "RoPE", "RoPEScaling", "YaRN", "alibi_slopes",
            "parse_variants"]
+
+
+def _number(owner: str, name: str, value: object, *, above: float = 0.0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+            value) or value <= above:
+        raise ConfigError(f"Invalid {owner}: {name}={value!r}; it must be a finite number > "
+                          f"{above:g}.")
+
+
+def _length(owner: str, name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"Invalid {owner}: {name}={value!r}; it must be a whole number of "
+                          "positions >= 1 (the context length the model was trained on).")
+
+
+@dataclass(frozen=True)
+class LinearScaling:
+    """Position interpolation (transformers' "linear"): every frequency divided by `factor`."""
+
+    factor: float
+
+    def __post_init__(self) -> None:
+        _number("LinearScaling", "factor", self.factor)
+
+
+@dataclass(frozen=True)
+class DynamicNTK:
+    """Dynamic NTK scaling (transformers' "dynamic"): for a sequence of length L >
+    `original_max_position` (transformers' max_position_embeddings) the base becomes
+    theta · (factor · L / original_max_position - (factor - 1)) ^ (r / (r - 2)), r the rotated
+    channels; at or below it, plain RoPE.
+
+    L is the length the rotating call sees, 1 + the largest position it rotates (as transformers'
+    max(position_ids) + 1): T + offset for a forward or `shifted`, the row's longest real length
+    when padded, Tk for Tq queries on Tk keys, offset + t for each decode call. A cache keeps
+    the keys as they were turned when cached, so past the original length a decode is not the
+    full forward, for the reference as for transformers; attnspec's decode and
+    relative_position properties allow that difference, the reference's own, and no more.
+    """
+
+    factor: float
+    original_max_position: int
+
+    def __post_init__(self) -> None:
+        _number("DynamicNTK", "factor", self.factor)
+        _length("DynamicNTK", "original_max_position", self.original_max_position)
+
+
+@dataclass(frozen=True)
+class YaRN:
+    """YaRN (transformers' "yarn"): frequencies blended between interpolated (/ factor) and
+    kept, by a ramp over the channels set by beta_fast and beta_slow (rotations within
+    `original_max_position`); cos and sin scaled by the attention factor, so q·k by its square.
+
+    `attention_factor` None: 0.1 · ln(factor) + 1 (or, with mscale and mscale_all_dim, the
+    ratio of those; DeepSeek); `truncate` rounds the ramp's ends to whole channels.
+    """
+
+    factor: float
+    original_max_position: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+
+    def __post_init__(self) -> None:
+        _number("YaRN", "factor", self.factor)
+        _length("YaRN", "original_max_position", self.original_max_position)
+        for name in ("beta_fast", "beta_slow"):
+            _number("YaRN", name, getattr(self, name))
+        for name in ("attention_factor", "mscale", "mscale_all_dim"):
+            if getattr(self, name) is not None:
+                _number("YaRN", name, getattr(self, name))
+        if not isinstance(self.truncate, bool):
+            raise ConfigError(f"Invalid YaRN: truncate={self.truncate!r}; it must be a bool.")
+
+    def scale(self) -> float:
+        """The factor cos and sin are multiplied by (transformers' attention_factor)."""
+        if self.attention_factor is not None:
+            return float(self.attention_factor)
+
+        def mscale(scale: float, m: float = 1.0) -> float:
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        if self.mscale and self.mscale_all_dim:
+            return mscale(self.factor, self.mscale) / mscale(self.factor, self.mscale_all_dim)
+        return mscale(self.factor)
+
+
+@dataclass(frozen=True)
+class Llama3Scaling:
+    """Llama 3.1's scaling (transformers' "llama3"): wavelengths above
+    original_max_position / low_freq_factor divided by `factor`, below
+    original_max_position / high_freq_factor kept, smoothly blended between."""
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+    def __post_init__(self) -> None:
+        for name in ("factor", "low_freq_factor", "high_freq_factor"):
+            _number("Llama3Scaling", name, getattr(self, name))
+        _length("Llama3Scaling", "original_max_position", self.original_max_position)
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ConfigError(
+                f"Invalid Llama3Scaling: high_freq_factor={self.high_freq_factor!r} <= "
+                f"low_freq_factor={self.low_freq_factor!r}; the blend divides by their "
+                "difference, so high_freq_factor must be the larger (Llama 3.1: 4 and 1).")
+
+
+RoPEScaling = LinearScaling | DynamicNTK | YaRN | Llama3Scaling
+_SCALINGS: dict[str, type] = {"linear": LinearScaling, "dynamic": DynamicNTK, "yarn": YaRN,
+                              "llama3": Llama3Scaling}
 
 
 @dataclass(frozen=True)
@@ -27,11 +144,14 @@ class RoPE:
       first `int(D * fraction)` channels rotate, the rest pass through.
     - `interleaved`: rotate channel pairs (0, 1), (2, 3), ... (GPT-J) instead of the halves
       (i, i + rotary_dim / 2) (GPT-NeoX, Llama: "rotate half").
+    - `scaling`: None, `LinearScaling`, `DynamicNTK`, `YaRN` or `Llama3Scaling`: the
+      frequencies (and YaRN's attention factor) exactly as transformers' ROPE_INIT_FUNCTIONS.
     """
 
     theta: float = 10000.0
     fraction: float = 1.0
     interleaved: bool = False
+    scaling: RoPEScaling | None = None
 
     def __post_init__(self) -> None:
         for name in ("theta", "fraction"):
@@ -46,6 +166,9 @@ class RoPE:
         if not isinstance(self.interleaved, bool):
             raise ConfigError(f"Invalid RoPE: interleaved={self.interleaved!r}; it must be a "
                               "bool.")
+        if self.scaling is not None and not isinstance(self.scaling, tuple(_SCALINGS.values())):
+            raise ConfigError(f"Invalid RoPE: scaling={self.scaling!r}; it must be None, "
+                              "attnspec.LinearScaling, DynamicNTK, YaRN or Llama3Scaling.")
 
     def rotary_dim(self, head_dim: int) -> int:
         """The channels of a head that rotate."""
@@ -228,6 +351,11 @@ class AttentionSpec:
                     f"{what}, head_dim={D}, RoPE fraction={self.positions.fraction}): RoPE "
                     f"rotates channel pairs, so int(head_dim * fraction) = {rotary} must be "
                     f"even and >= 2; {hint}.")
+            if isinstance(self.positions.scaling, DynamicNTK) and rotary < 4:
+                raise ConfigError(
+                    f"{what}, head_dim={D}, RoPE fraction={self.positions.fraction}): dynamic "
+                    f"NTK raises the base to r / (r - 2) for the r = {rotary} rotated channels, "
+                    "so r must be at least 4: a larger head_dim or fraction.")
         if isinstance(self.positions, ALiBi) and self.positions.slopes is not None and len(
                 self.positions.slopes) != self.n_head:
             raise ConfigError(
@@ -321,12 +449,34 @@ class AttentionSpec:
 
 def positions_to_json(value: RoPE | ALiBi | None) -> dict[str, Any] | None:
     if isinstance(value, RoPE):
-        return {"kind": "rope", "theta": value.theta, "fraction": value.fraction,
-                "interleaved": value.interleaved}
+        out = {"kind": "rope", "theta": value.theta, "fraction": value.fraction,
+               "interleaved": value.interleaved}
+        if value.scaling is not None:  # left out when None: replays from before it still match
+            kind = next(k for k, c in _SCALINGS.items() if isinstance(value.scaling, c))
+            out["scaling"] = {"kind": kind, **{f.name: getattr(value.scaling, f.name)
+                                               for f in fields(value.scaling)}}
+        return out
     if isinstance(value, ALiBi):
         return {"kind": "alibi"} if value.slopes is None else {"kind": "alibi",
                                                                "slopes": list(value.slopes)}
     return None
+
+
+def scaling_from_json(value: Any) -> RoPEScaling:
+    if isinstance(value, dict) and value.get("kind") in _SCALINGS:
+        cls = _SCALINGS[value["kind"]]
+        rest = {k: v for k, v in value.items() if k != "kind"}
+        names = {f.name for f in fields(cls)}
+        if set(rest) <= names:
+            try:
+                scaling: RoPEScaling = cls(**rest)
+            except TypeError as error:
+                raise ConfigError(f"RoPE scaling={value!r}: {error}.") from None
+            return scaling
+        raise ConfigError(f"RoPE scaling={value!r}: unknown fields "
+                          f"{sorted(set(rest) - names)}; {cls.__name__}'s are {sorted(names)}.")
+    raise ConfigError(f"RoPE scaling={value!r}: expected {{'kind': one of "
+                      f"{', '.join(map(repr, _SCALINGS))}, ...its fields}}.")
 
 
 def positions_from_json(positions: Any) -> RoPE | ALiBi | None:
@@ -335,7 +485,9 @@ def positions_from_json(positions: Any) -> RoPE | ALiBi | None:
     if isinstance(positions, dict):
         kind = positions.get("kind")
         rest = {k: v for k, v in positions.items() if k != "kind"}
-        if kind == "rope" and set(rest) <= {"theta", "fraction", "interleaved"}:
+        if kind == "rope" and set(rest) <= {"theta", "fraction", "interleaved", "scaling"}:
+            if rest.get("scaling") is not None:
+                rest["scaling"] = scaling_from_json(rest["scaling"])
             return RoPE(**rest)
         if kind == "alibi" and set(rest) <= {"slopes"}:
             return ALiBi(**rest)

@@ -12,7 +12,18 @@ from ._config import divisors
 from ._errors import ConfigError
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH, NARROW_HEAD_DIM, NARROW_HEADS
 from ._properties import Example, Property
-from ._spec import ALiBi, AttentionSpec, QKNorm, RoPE, positions_from_json, qk_norm_from_json
+from ._spec import (
+    ALiBi,
+    AttentionSpec,
+    DynamicNTK,
+    LinearScaling,
+    Llama3Scaling,
+    QKNorm,
+    RoPE,
+    YaRN,
+    positions_from_json,
+    qk_norm_from_json,
+)
 
 __all__ = ["batch_sizes", "configs", "cut_points", "examples", "head_dims", "invalid_configs",
            "seq_lengths", "specs"]
@@ -145,6 +156,16 @@ QK_NORMS: tuple[QKNorm | None, ...] = (
     QKNorm(kind="layer", per_head=False))
 
 
+def scaled_ropes(max_seq: int) -> tuple[RoPE, ...]:
+    """RoPE scalings drawn where positions may be "any", with the original lengths inside
+    max_seq so that T beyond them is drawn too (where dynamic NTK and YaRN change anything)."""
+    half = max(1, max_seq // 2)
+    return (RoPE(scaling=LinearScaling(4.0)), RoPE(scaling=DynamicNTK(2.0, half)),
+            RoPE(fraction=0.5, scaling=YaRN(4.0, half)),
+            RoPE(theta=500000.0, interleaved=True, scaling=Llama3Scaling(
+                8.0, 1.0, 4.0, max(2, max_seq))))
+
+
 # In the "any" draw of positions: ALiBi with a slope per head drawn from SLOPES.
 DRAWN_SLOPES = "ALiBi with drawn slopes"
 SLOPES = st.one_of(st.sampled_from((0.0, 0.5, 2.0 ** -4)),
@@ -177,7 +198,8 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
     window_st = field("window", st.one_of(st.none(), windows))
     if need_window:
         window_st = window_st.filter(lambda w: w is not None)
-    positions_st = field("positions", st.sampled_from((*POSITIONS, DRAWN_SLOPES)))
+    positions_st = field("positions", st.sampled_from((*POSITIONS, *scaled_ropes(max_seq),
+                                                       DRAWN_SLOPES)))
     # A listed ALiBi with given slopes fixes n_head: positions are drawn first, H follows.
     slopes_listed = isinstance(variants.get("positions"), list) and any(
         isinstance(p, dict) and p.get("slopes") is not None for p in variants["positions"])
@@ -215,8 +237,9 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
             positions = ALiBi(tuple(draw(st.lists(SLOPES, min_size=H, max_size=H))))
         if isinstance(positions, RoPE):  # it turns channel pairs: D among the sizes it can
             rope = positions
+            fewest = 4 if isinstance(rope.scaling, DynamicNTK) else 2  # r / (r - 2): r > 2
             fits = [d for d in range(1, most_dim + 1)
-                    if rope.rotary_dim(d) >= 2 and rope.rotary_dim(d) % 2 == 0]
+                    if rope.rotary_dim(d) >= fewest and rope.rotary_dim(d) % 2 == 0]
             assume(bool(fits))
             favoured = [d for d in _kernel_sizes(most_dim) if d in fits]
             D = draw(st.one_of(st.sampled_from(favoured), st.sampled_from(fits)) if favoured

@@ -7,6 +7,7 @@ key/value head h // (H / G). Scores are scaled, soft-capped, biased (ALiBi), the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import SimpleNamespace
 
@@ -16,12 +17,22 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from ._reference import attend, merge_heads, softmax_keys
-from ._spec import EXTRA_WEIGHT_KEYS, ALiBi, AttentionSpec, QKNorm, RoPE
+from ._spec import (
+    EXTRA_WEIGHT_KEYS,
+    ALiBi,
+    AttentionSpec,
+    DynamicNTK,
+    LinearScaling,
+    Llama3Scaling,
+    QKNorm,
+    RoPE,
+    YaRN,
+)
 from ._trace import ShapeTrace
 from ._typecheck import TYPECHECK, shapechecked
 
-__all__ = ["SpecAttention", "extra_weights", "normed", "sink_softmax", "spec_attention", "turn",
-           "visible"]
+__all__ = ["SpecAttention", "extra_weights", "frequencies", "normed", "sink_softmax",
+           "spec_attention", "turn", "visible"]
 
 
 def heads_of(
@@ -64,22 +75,62 @@ def extra_weights(spec: AttentionSpec, gen: torch.Generator) -> dict[str, Tensor
     return out
 
 
+def frequencies(rope: RoPE, rot: int, length: int, dtype: torch.dtype, device: torch.device,
+                ) -> tuple[Tensor, float]:
+    """The rot / 2 frequencies and the factor on cos and sin, as transformers'
+    ROPE_INIT_FUNCTIONS give them; `length` is what dynamic NTK scales by (see DynamicNTK)."""
+    s, theta = rope.scaling, rope.theta
+    if isinstance(s, DynamicNTK):
+        seen = max(length, s.original_max_position)
+        theta *= (s.factor * seen / s.original_max_position - (s.factor - 1)) ** (rot / (rot - 2))
+    inv = theta ** (-torch.arange(0, rot, 2, dtype=dtype, device=device) / rot)
+    if isinstance(s, LinearScaling):
+        return inv / s.factor, 1.0
+    if isinstance(s, YaRN):  # channels below `low` kept, above `high` interpolated, a ramp between
+        def channel(turns: float) -> float:
+            M = s.original_max_position
+            return rot * math.log(M / (turns * 2 * math.pi)) / (2 * math.log(rope.theta))
+        low, high = channel(s.beta_fast), channel(s.beta_slow)
+        if s.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, rot - 1)
+        high += 0.001 if low == high else 0  # transformers' guard against a zero-width ramp
+        ramp = ((torch.arange(rot // 2, dtype=dtype, device=device) - low) / (high - low))
+        kept = 1 - ramp.clamp(0, 1)
+        return inv / s.factor * (1 - kept) + inv * kept, s.scale()
+    if isinstance(s, Llama3Scaling):
+        M, lo, hi = s.original_max_position, s.low_freq_factor, s.high_freq_factor
+        wavelength = 2 * math.pi / inv
+        scaled = torch.where(wavelength > M / lo, inv / s.factor, inv)
+        smooth = (M / wavelength - lo) / (hi - lo)
+        blended = (1 - smooth) * scaled / s.factor + smooth * scaled
+        medium = (wavelength >= M / hi) & (wavelength <= M / lo)
+        return torch.where(medium, blended, scaled), 1.0
+    return inv, 1.0
+
+
 def rotate(
-    t: Float[Tensor, "B N T D"], rope: RoPE, offset: int
+    t: Float[Tensor, "B N T D"], rope: RoPE, offset: int, length: int | None = None,
 ) -> Float[Tensor, "B N T D"]:
-    """RoPE on positions offset, offset + 1, ...: each rotated pair turns by position x freq."""
+    """RoPE on positions offset, offset + 1, ...: each rotated pair turns by position x freq
+    (`length`, for dynamic NTK: offset + T unless given)."""
     T, D = t.size(-2), t.size(-1)
     rot = rope.rotary_dim(D)
     exact = torch.float64 if t.dtype == torch.float64 else torch.float32
-    freq = rope.theta ** (-torch.arange(0, rot, 2, dtype=exact, device=t.device) / rot)
+    freq, factor = frequencies(rope, rot, offset + T if length is None else length, exact,
+                               t.device)
     angle = torch.arange(offset, offset + T, dtype=exact, device=t.device)[:, None] * freq
-    return turn(t, rope, angle)
+    return turn(t, rope, angle, factor)
 
 
-def turn(t: Tensor, rope: RoPE, angle: Tensor) -> Tensor:
-    """Turn t's rotary channels by `angle` (positions x frequencies, broadcast to t's)."""
+def turn(t: Tensor, rope: RoPE, angle: Tensor, factor: float = 1.0) -> Tensor:
+    """Turn t's rotary channels by `angle` (positions x frequencies, broadcast to t's), cos and
+    sin times `factor` (YaRN's attention factor)."""
     rot = rope.rotary_dim(t.size(-1))
-    cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)
+    if factor != 1.0:
+        cos, sin = (angle.cos() * factor).to(t.dtype), (angle.sin() * factor).to(t.dtype)
+    else:
+        cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)
     moved, kept = t[..., :rot], t[..., rot:]
     if rope.interleaved:  # pairs (0, 1), (2, 3), ...
         a, b = moved[..., 0::2], moved[..., 1::2]
@@ -174,7 +225,9 @@ def _pipeline(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, off
     if isinstance(spec.positions, RoPE):
         q = steps.rotate(q, spec.positions, offset)
         k = steps.rotate(k, spec.positions, offset)
-        record("rotary", q)
+        scaling = spec.positions.scaling
+        record("rotary", q, None if scaling is None else
+               f"RoPE on queries and keys, {type(scaling).__name__} x{scaling.factor:g}")
     k, v = steps.repeat_kv(k, H), steps.repeat_kv(v, H)
     record("shared kv", k)
     scores = steps.spec_scores(q, k, spec)

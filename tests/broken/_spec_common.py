@@ -83,14 +83,69 @@ class SpecAttn(nn.Module):
         """Where the rotary angles are computed: float32 or wider."""
         return torch.float64 if t.dtype == torch.float64 else torch.float32
 
-    def rotate_at(self, t: Tensor, rope: RoPE, pos: Tensor) -> Tensor:
-        """pos (B or 1, T): each row's own positions."""
+    def scaled(self, rope: RoPE, rot: int, length: int) -> tuple[list[float], float]:
+        """RoPE scaling's frequencies, one by one, and the factor on cos and sin (YaRN's), as
+        transformers' ROPE_INIT_FUNCTIONS; `length` is what dynamic NTK rebases on."""
+        s, base = rope.scaling, rope.theta
+        kind = type(s).__name__
+        if kind == "DynamicNTK" and length > s.original_max_position:
+            base *= (s.factor * length / s.original_max_position - s.factor + 1) ** (
+                rot / (rot - 2))
+        freqs = [base ** (-2 * i / rot) for i in range(rot // 2)]
+        if kind == "LinearScaling":
+            return [f / s.factor for f in freqs], 1.0
+        if kind == "Llama3Scaling":
+            M, lo, hi = s.original_max_position, s.low_freq_factor, s.high_freq_factor
+            out = []
+            for f in freqs:
+                wave = 2 * math.pi / f
+                if wave < M / hi:
+                    out.append(f)
+                elif wave > M / lo:
+                    out.append(f / s.factor)
+                else:
+                    mix = (M / wave - lo) / (hi - lo)
+                    out.append((1 - mix) * f / s.factor + mix * f)
+            return out, 1.0
+        if kind == "YaRN":
+            def dim(turns: float) -> float:
+                return rot * math.log(s.original_max_position / (turns * 2 * math.pi)) / (
+                    2 * math.log(rope.theta))
+            lo, hi = dim(s.beta_fast), dim(s.beta_slow)
+            if s.truncate:
+                lo, hi = math.floor(lo), math.ceil(hi)
+            lo, hi = max(lo, 0), min(hi, rot - 1)
+            hi = hi + 0.001 if lo == hi else hi
+            mixed = []
+            for i, f in enumerate(freqs):
+                r = min(max((i - lo) / (hi - lo), 0.0), 1.0)  # 0: kept, 1: interpolated
+                mixed.append(f * (1 - r) + f / s.factor * r)
+            if s.attention_factor is not None:
+                return mixed, s.attention_factor
+
+            def m(scale: float, k: float = 1.0) -> float:
+                return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+            if s.mscale and s.mscale_all_dim:
+                return mixed, m(s.factor, s.mscale) / m(s.factor, s.mscale_all_dim)
+            return mixed, m(s.factor)
+        return freqs, 1.0
+
+    def rotate_at(self, t: Tensor, rope: RoPE, pos: Tensor, length: int | None = None,
+                  ) -> Tensor:
+        """pos (B or 1, T): each row's own positions; length: dynamic NTK's (1 + max pos)."""
         D = t.shape[-1]
         rot = int(D * rope.fraction)
         exact = self.angle_dtype(t)
-        inv = 1.0 / rope.theta ** (torch.arange(0, rot, 2, dtype=exact) / rot)
+        factor = 1.0
+        if rope.scaling is None:
+            inv = 1.0 / rope.theta ** (torch.arange(0, rot, 2, dtype=exact) / rot)
+        else:
+            seen = int(pos.max()) + 1 if length is None else length
+            freqs, factor = self.scaled(rope, rot, seen)
+            inv = torch.tensor(freqs, dtype=torch.float64).to(exact)
         ang = (pos.to(exact)[..., None] * inv)[:, None].to(t.device)  # (B, 1, T, rot / 2)
-        cos, sin = ang.cos().to(t.dtype), ang.sin().to(t.dtype)
+        cos, sin = ang.cos() * factor, ang.sin() * factor
+        cos, sin = cos.to(t.dtype), sin.to(t.dtype)
         x, rest = t[..., :rot], t[..., rot:]
         if rope.interleaved:
             x1, x2 = x[..., 0::2], x[..., 1::2]
@@ -190,12 +245,17 @@ class SpecAttn(nn.Module):
         q, k, v = self.heads(x)
         qi = self.decode_positions(offset, x.shape[1]).to(x.device)
         if isinstance(self.spec.positions, RoPE):
-            q = self.rotate_at(q, self.spec.positions, qi[None])
-            k = self.rotate_at(k, self.spec.positions, qi[None])
+            seen = self.decode_length(offset, x.shape[1])
+            q = self.rotate_at(q, self.spec.positions, qi[None], seen)
+            k = self.rotate_at(k, self.spec.positions, qi[None], seen)
         k, v = self.append(cache, k, v)
         kj = torch.arange(k.shape[2], device=x.device)
         qi = torch.arange(offset, offset + x.shape[1], device=x.device)
         return self.attend(q, k, v, qi, kj, qi[None], kj[None], None), (k, v)
+
+    def decode_length(self, offset: int, t: int) -> int:
+        """Dynamic NTK's length for a decode call: 1 + its last position."""
+        return offset + t
 
     def padded_decode_positions(self, keep: Tensor, offset: int, t: int) -> Tensor:
         """(B, t): the new tokens' positions, counting each row's real tokens so far."""
@@ -254,8 +314,9 @@ class SpecAttn(nn.Module):
         qi = torch.arange(Tq, device=x_q.device) + self.corner_shift(Tq, Tk)
         kj = torch.arange(Tk, device=x_q.device)
         if isinstance(self.spec.positions, RoPE):
-            q = self.rotate_at(q, self.spec.positions, qi[None])
-            k = self.rotate_at(k, self.spec.positions, kj[None])
+            seen = max(Tq + self.corner_shift(Tq, Tk), Tk)  # one length for q and k
+            q = self.rotate_at(q, self.spec.positions, qi[None], seen)
+            k = self.rotate_at(k, self.spec.positions, kj[None], seen)
         return self.attend(q, k, v, qi, kj, qi[None], kj[None], None)
 
 
