@@ -760,3 +760,27 @@ def test_the_reference_subject_passes_on_every_new_feature_and_hook() -> None:
                              "causal_corner,relative_position", max_examples=4, seed=0,
                              database=False, isolate=False, max_seq=16)
     assert report.ok, report.summary()
+
+
+def test_the_trace_shows_the_qk_norm_and_the_sinks() -> None:
+    spec = AttentionSpec(16, 4, n_kv_head=2, qk_norm=QKNorm(per_head=False), sinks=True,
+                         positions=RoPE(scaling=YaRN(4.0, 8)))
+    out, trace = SpecAttention(spec).traced(torch.randn(1, 3, 16))
+    assert [s.name for s in trace.stages][1:4] == ["projection", "qk norm", "head split"]
+    text = str(trace)
+    assert "rms norm of q and k over the whole projection" in text
+    assert "YaRN x4" in text and "the sink dropped" in text
+
+
+def test_a_counterexample_line_names_the_new_fields_briefly() -> None:
+    from attnspec._report import _short
+
+    spec = AttentionSpec(16, 4, qk_norm=QKNorm(per_head=False), sinks=True,
+                         positions=RoPE(interleaved=True, scaling=YaRN(4.0, 8)))
+    line = _short({"B": 1, "T": 2, "C": 16, "H": 4, "dtype": "float32", "device": "cpu",
+                   "spec": spec.to_json()}, None)
+    assert "positions=rope-interleaved+yarn" in line and "qk_norm=rms-whole" in line
+    assert "sinks=True" in line
+    given = AttentionSpec(16, 2, positions=ALiBi(slopes=(1.0, 0.5))).to_json()
+    assert "positions=alibi-given" in _short({"B": 1, "T": 2, "C": 16, "H": 2, "dtype": "float32",
+                                              "device": "cpu", "spec": given}, None)
