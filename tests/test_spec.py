@@ -784,3 +784,16 @@ def test_a_counterexample_line_names_the_new_fields_briefly() -> None:
     given = AttentionSpec(16, 2, positions=ALiBi(slopes=(1.0, 0.5))).to_json()
     assert "positions=alibi-given" in _short({"B": 1, "T": 2, "C": 16, "H": 2, "dtype": "float32",
                                               "device": "cpu", "spec": given}, None)
+
+
+def test_a_subject_that_exports_no_norm_weights_or_sinks_is_told_which() -> None:
+    import attnspec
+
+    subject = _v2(VARIANTS={"qk_norm": [QKNorm()], "sinks": [True]})
+    subject.export_weights = lambda m: {k: v for k, v in m.export_weights().items()
+                                        if "norm" not in k and k != "sinks"}
+    report = attnspec.verify(subject, only="oracle", max_examples=2, seed=0, database=False,
+                             isolate=False)
+    oracle = report.result("oracle")
+    assert oracle.verdict == "error", oracle
+    assert "export_weights gave no q_norm_weight, k_norm_weight, sinks" in oracle.message
