@@ -797,3 +797,15 @@ def test_a_subject_that_exports_no_norm_weights_or_sinks_is_told_which() -> None
     oracle = report.result("oracle")
     assert oracle.verdict == "error", oracle
     assert "export_weights gave no q_norm_weight, k_norm_weight, sinks" in oracle.message
+
+
+@pytest.mark.parametrize("extra", [{"qk_norm": QKNorm()}, {"sinks": True}])
+def test_the_sharded_references_refuse_what_they_do_not_model(extra: dict[str, object]) -> None:
+    from attnspec._sharding import cp_reference, tp_reference
+
+    spec = AttentionSpec(8, 2, **extra)  # type: ignore[arg-type]
+    x, w = torch.zeros(1, 4, 8), _weights(AttentionSpec(8, 2))
+    for call in (lambda: tp_reference(x, w, spec, 2), lambda: cp_reference(x, w, spec, 2)):
+        with pytest.raises(ConfigError, match="which the simulated sharded references do not "
+                                              "model yet"):
+            call()

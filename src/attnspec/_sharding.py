@@ -102,6 +102,15 @@ def _alibi_of(alibi: ALiBi, H: int, heads: range) -> list[float]:
     return alibi.slopes_for(H)[heads.start:heads.stop]
 
 
+def _modelled(spec: AttentionSpec, where: str) -> None:
+    """The sharded references leave q/k norms and sinks out: refuse them, never misjudge."""
+    extras = [n for n in ("qk_norm", "sinks") if getattr(spec, n) not in (None, False)]
+    if extras:
+        raise ConfigError(f"{where}: the spec has {' and '.join(extras)} ({spec.describe()}), "
+                          "which the simulated sharded references do not model yet; leave "
+                          f"{', '.join(extras)} out of a sharded subject's VARIANTS.")
+
+
 def tp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
                  world: int) -> Tensor:
     """Tensor parallelism over heads, simulated as Megatron and DTensor shard attention (q, k, v
@@ -121,6 +130,7 @@ def tp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
     from ._variants import heads_of, repeat_kv, rotate, spec_scores
 
     check_shardable(spec, world, "heads")
+    _modelled(spec, "tp_reference")
     H, G, D, T = spec.n_head, spec.G, spec.D, x.size(1)
     h, g = H // world, G // world
     plain = replace(spec, positions=None)  # ALiBi is added below, with the global heads' slopes
@@ -203,6 +213,7 @@ def cp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, 
 
     T = x.size(1)
     check_shardable(spec, world, "positions", T=T, layout=layout)
+    _modelled(spec, "cp_reference")
     H, G, D = spec.n_head, spec.G, spec.D
     merge = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
     slopes = (torch.tensor(spec.positions.slopes_for(H), dtype=x.dtype, device=x.device)
