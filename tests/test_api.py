@@ -18,10 +18,11 @@ ROOT = Path(__file__).parent.parent
 
 PUBLIC = [
     "ALiBi", "AttentionConfig", "AttentionSpec", "AttentionWeights", "AttnspecError",
-    "CausalSelfAttention", "ConfigError", "DivisibilityError", "HeadTensor", "PROPERTIES",
-    "Report", "Residual", "RoPE", "ShapeError", "ShapeTrace", "ShardError", "SpecAttention",
-    "TargetError", "UsageError", "check_shardable", "divisors", "plot_heads",
-    "shard_positions_of", "trace", "typecheck_enabled", "verify",
+    "CausalSelfAttention", "ConfigError", "DivisibilityError", "DynamicNTK", "HeadTensor",
+    "LinearScaling", "Llama3Scaling", "PROPERTIES", "QKNorm", "Report", "Residual", "RoPE",
+    "ShapeError", "ShapeTrace", "ShardError", "SpecAttention", "TargetError", "UsageError",
+    "YaRN", "check_shardable", "divisors", "plot_heads", "shard_positions_of", "trace",
+    "typecheck_enabled", "verify",
 ]
 
 

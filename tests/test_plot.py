@@ -252,6 +252,13 @@ def test_alibi_panels_name_their_slope_and_plain_heads_name_no_kv_head() -> None
         ["channels 6\u20137 (D = 2)", "ALiBi slope 0.003906"]], titles
 
 
+def test_with_sinks_the_title_says_rows_sum_to_less_than_one() -> None:
+    title = _figure(spec=AttentionSpec(n_embd=16, n_head=4, sinks=True), seq=3)._suptitle
+    assert "each row sums to 1 less its head's sink share." in title.get_text()
+    plain = _figure(spec=AttentionSpec(n_embd=16, n_head=4), seq=3)._suptitle.get_text()
+    assert plain.endswith("each row sums to 1.")
+
+
 def test_spec_weights_come_from_spec_attention_seeded_like_trace() -> None:
     spec = AttentionSpec(n_embd=16, n_head=4, n_kv_head=2, window=2, positions=ALiBi())
     fig = _figure(spec=spec, seq=5, batch=2, batch_row=1, seed=5)

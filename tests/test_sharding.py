@@ -182,7 +182,7 @@ def test_tensor_parallel_alibi_with_local_slopes_is_far_off(
     ref = spec_attention(x, w, spec)
     torch.testing.assert_close(tp_reference(x, w, spec, 2), ref, rtol=1e-12, atol=1e-12)
     # Each rank taking the slopes of an H/W-head model, as a rank-local ALiBi would.
-    monkeypatch.setattr(_sharding, "_alibi_of", lambda H, heads: alibi_slopes(len(heads)))
+    monkeypatch.setattr(_sharding, "_alibi_of", lambda alibi, H, heads: alibi_slopes(len(heads)))
     assert (tp_reference(x, w, spec, 2) - ref).abs().max() > 0.1
 
 

@@ -36,7 +36,12 @@ if TYPE_CHECKING:
     from ._sharding import shard_positions_of as shard_positions_of
     from ._spec import ALiBi as ALiBi
     from ._spec import AttentionSpec as AttentionSpec
+    from ._spec import DynamicNTK as DynamicNTK
+    from ._spec import LinearScaling as LinearScaling
+    from ._spec import Llama3Scaling as Llama3Scaling
+    from ._spec import QKNorm as QKNorm
     from ._spec import RoPE as RoPE
+    from ._spec import YaRN as YaRN
     from ._trace import ShapeTrace as ShapeTrace
     from ._typecheck import typecheck_enabled as typecheck_enabled
     from ._variants import SpecAttention as SpecAttention
@@ -49,7 +54,9 @@ _LAZY = {
     "AttentionWeights": "._reference", "CausalSelfAttention": "._reference",
     "HeadTensor": "._reference", "Residual": "._reference", "Report": "._report",
     "ShapeTrace": "._trace", "typecheck_enabled": "._typecheck", "AttentionSpec": "._spec",
-    "RoPE": "._spec", "ALiBi": "._spec", "SpecAttention": "._variants",
+    "RoPE": "._spec", "ALiBi": "._spec", "QKNorm": "._spec",
+    "LinearScaling": "._spec", "DynamicNTK": "._spec", "YaRN": "._spec",
+    "Llama3Scaling": "._spec", "SpecAttention": "._variants",
     "ShardError": "._sharding", "check_shardable": "._sharding",
     "shard_positions_of": "._sharding",
 }

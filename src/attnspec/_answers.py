@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ._reference import BIAS_KEYS, WEIGHT_KEYS
+from ._spec import EXTRA_WEIGHT_KEYS
 
 __all__ = ["BadAnswer", "call_name", "check_kind", "check_results"]
 
@@ -116,11 +117,12 @@ class _Result:
                                     "parameter names -> 'dtensor' or 'local'.")
         elif op == "export":
             weights = self.tensors("weights")
-            unknown = sorted(set(weights) - {*WEIGHT_KEYS, *BIAS_KEYS})
+            unknown = sorted(set(weights) - {*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS})
             missing = [k for k in WEIGHT_KEYS if k not in weights]
             if unknown or missing:
                 raise BadAnswer(f"{self.what} has weights {sorted(weights)}, not "
-                                f"{', '.join(WEIGHT_KEYS)} and optional biases.")
+                                f"{', '.join(WEIGHT_KEYS)} and optional biases and spec "
+                                "extras.")
             connected = self.plain("connected", list)
             if not all(isinstance(k, str) and k in weights for k in connected):
                 raise BadAnswer(f"{self.what} has 'connected' {_shown(connected)}, not a list "

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from ._answers import call_name
 from ._reference import BIAS_KEYS, WEIGHT_KEYS
+from ._spec import EXTRA_WEIGHT_KEYS
 from ._subject import Subject, dtype_from_name, fault_text
 
 __all__ = ["Executed", "answer_bool", "answer_limit", "execute", "reset_torch_state",
@@ -99,7 +100,8 @@ def answer_limit(request: Mapping[str, Any], n_embd: int) -> int:
         elif op in ("grad", "sharded_grad"):
             elements += 2 * tensor_limit(n) + _params_limit(n_embd)
         elif op == "export":
-            elements += len(WEIGHT_KEYS + BIAS_KEYS) * tensor_limit(n_embd * n_embd)
+            elements += len(WEIGHT_KEYS + BIAS_KEYS + EXTRA_WEIGHT_KEYS) * tensor_limit(
+                n_embd * n_embd)
         elif op == "pullback":
             elements += _params_limit(n_embd)
     return _HEADER + _ITEM * elements
@@ -411,7 +413,7 @@ def _exported(weights: dict[Any, Any]) -> dict[str, Tensor]:
         keys = sorted(map(str, weights))
         raise _Fault(f"export_weights returned keys {keys}; missing {', '.join(missing)}.")
     out = {}
-    for key in (*WEIGHT_KEYS, *BIAS_KEYS):
+    for key in (*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS):
         value = weights.get(key)
         if value is None:
             continue

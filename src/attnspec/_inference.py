@@ -19,8 +19,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ._reference import merge_heads
-from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
-from ._variants import heads_of, repeat_kv, turn
+from ._spec import ALiBi, AttentionSpec, DynamicNTK, RoPE
+from ._variants import frequencies, heads_of, normed, repeat_kv, sink_softmax, turn
 
 __all__ = ["CORNERS", "MASKED_ROWS", "PADDING_VALUES", "Corner", "KVCache", "attend_at",
            "corner_shift", "cross_attention", "decode_attention", "decode_step",
@@ -48,31 +48,54 @@ def corner_shift(corner: str, n_queries: int, n_keys: int) -> int:
 
 
 def rotate_at(t: Float[Tensor, "B N T D"], rope: RoPE, pos: Int[Tensor, "B T"],
-              ) -> Float[Tensor, "B N T D"]:
-    """RoPE with each row's own positions (padding shifts them)."""
+              length: int | None = None) -> Float[Tensor, "B N T D"]:
+    """RoPE with each row's own positions (padding shifts them); `length` (dynamic NTK's) is
+    1 + the largest position unless given."""
     rot = rope.rotary_dim(t.size(-1))
     exact = torch.float64 if t.dtype == torch.float64 else torch.float32
-    freq = rope.theta ** (-torch.arange(0, rot, 2, dtype=exact, device=t.device) / rot)
+    seen = int(pos.max()) + 1 if length is None else length
+    freq, factor = frequencies(rope, rot, seen, exact, t.device)
     angle = pos.to(device=t.device, dtype=exact)[:, None, :, None] * freq  # (B, 1, T, rot / 2)
-    return turn(t, rope, angle)
+    return turn(t, rope, angle, factor)
 
 
-def _project(x: Tensor, weights: Mapping[str, Tensor], name: str, heads: int, D: int) -> Tensor:
-    return heads_of(F.linear(x, weights[f"{name}_weight"], weights.get(f"{name}_bias")), heads, D)
+def _project(x: Tensor, weights: Mapping[str, Tensor], name: str, spec: AttentionSpec) -> Tensor:
+    """x's queries, keys or values (`name`), split into heads, q and k normalised first."""
+    t = F.linear(x, weights[f"{name}_weight"], weights.get(f"{name}_bias"))
+    if spec.qk_norm is not None and name != "v":
+        t = normed(t, weights[f"{name}_norm_weight"], weights.get(f"{name}_norm_bias"),
+                   spec.qk_norm, spec.D)
+    return heads_of(t, spec.n_head if name == "q" else spec.G, spec.D)
+
+
+def _sinks(weights: Mapping[str, Tensor], spec: AttentionSpec) -> Tensor | None:
+    return weights["sinks"] if spec.sinks else None
+
+
+def _qkv(x_q: Tensor, x_kv: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
+         ) -> tuple[Tensor, Tensor, Tensor]:
+    return (_project(x_q, weights, "q", spec), _project(x_kv, weights, "k", spec),
+            _project(x_kv, weights, "v", spec))
+
+
+def _softmax(scores: Tensor, sinks: Tensor | None) -> Tensor:
+    return torch.softmax(scores, dim=-1) if sinks is None else sink_softmax(scores, sinks)
 
 
 def _core(q: Float[Tensor, "B H Tq D"], k: Float[Tensor, "B G Tk D"],
           v: Float[Tensor, "B G Tk D"], spec: AttentionSpec, q_index: Int[Tensor, " Tq"],
           k_index: Int[Tensor, " Tk"], q_pos: Int[Tensor, "B Tq"], k_pos: Int[Tensor, "B Tk"],
-          key_mask: Bool[Tensor, "B Tk"] | None) -> Float[Tensor, "B H Tq D"]:
-    """Attention of rotated queries on rotated keys: scores, mask, softmax, values."""
+          key_mask: Bool[Tensor, "B Tk"] | None, sinks: Tensor | None = None,
+          ) -> Float[Tensor, "B H Tq D"]:
+    """Attention of rotated queries on rotated keys: scores, mask, softmax (with the heads'
+    sinks where the spec has them), values."""
     H = q.size(1)
     k, v = repeat_kv(k, H), repeat_kv(v, H)
     scores = (q @ k.transpose(-2, -1)) * spec.attn_scale
     if spec.softcap is not None:
         scores = spec.softcap * torch.tanh(scores / spec.softcap)
     if isinstance(spec.positions, ALiBi):
-        slopes = torch.tensor(alibi_slopes(H), dtype=scores.dtype, device=q.device)
+        slopes = torch.tensor(spec.positions.slopes_for(H), dtype=scores.dtype, device=q.device)
         distance = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).to(scores.dtype)
         scores = scores - slopes[None, :, None, None] * distance
     seen = k_index[None, :] <= q_index[:, None]  # (Tq, Tk)
@@ -82,9 +105,9 @@ def _core(q: Float[Tensor, "B H Tq D"], k: Float[Tensor, "B G Tk D"],
     scores = scores.masked_fill(~seen4, float("-inf"))
     some = seen4.any(dim=-1, keepdim=True)
     if bool(some.all()):
-        weights = torch.softmax(scores, dim=-1)
+        weights = _softmax(scores, sinks)
     else:  # a row with no visible key: finite scores in, zero weights out (and zero gradients)
-        weights = torch.softmax(scores.masked_fill(~some, 0.0), dim=-1) * some
+        weights = _softmax(scores.masked_fill(~some, 0.0), sinks) * some
     return weights @ v
 
 
@@ -93,12 +116,12 @@ def attend_at(x_q: Float[Tensor, "B Tq C"], x_kv: Float[Tensor, "B Tk C"],
               q_index: Tensor, k_index: Tensor, q_pos: Tensor, k_pos: Tensor,
               key_mask: Tensor | None = None) -> Float[Tensor, "B Tq C"]:
     """The whole attention with queries from `x_q` and keys and values from `x_kv`."""
-    H, G, D = spec.n_head, spec.G, spec.D
-    q, k, v = (_project(x_q, weights, "q", H, D), _project(x_kv, weights, "k", G, D),
-               _project(x_kv, weights, "v", G, D))
+    q, k, v = _qkv(x_q, x_kv, weights, spec)
     if isinstance(spec.positions, RoPE):
-        q, k = rotate_at(q, spec.positions, q_pos), rotate_at(k, spec.positions, k_pos)
-    y = _core(q, k, v, spec, q_index, k_index, q_pos, k_pos, key_mask)
+        seen = int(max(q_pos.max(), k_pos.max())) + 1  # one length for the call's q and k
+        q = rotate_at(q, spec.positions, q_pos, seen)
+        k = rotate_at(k, spec.positions, k_pos, seen)
+    y = _core(q, k, v, spec, q_index, k_index, q_pos, k_pos, key_mask, _sinks(weights, spec))
     return F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias"))
 
 
@@ -137,7 +160,10 @@ def cross_attention(x_q: Float[Tensor, "B Tq C"], x_kv: Float[Tensor, "B Tk C"],
 def decode_attention(x: Float[Tensor, "B T C"], weights: Mapping[str, Tensor],
                      spec: AttentionSpec, chunks: list[int]) -> Float[Tensor, "B T C"]:
     """The full forward computed chunk by chunk, each chunk's queries on every key so far
-    (recomputed, not cached: the runner's yardstick for a decode's own discrepancy)."""
+    (recomputed, not cached: the runner's yardstick for a decode's own discrepancy). With
+    dynamic NTK the cache's keys keep the turn they got when cached, so it is decoded."""
+    if _dynamic(spec):
+        return _decoded(x, weights, spec, chunks, None)
     outs, start = [], 0
     for size in chunks:
         end = start + size
@@ -146,13 +172,31 @@ def decode_attention(x: Float[Tensor, "B T C"], weights: Mapping[str, Tensor],
     return torch.cat(outs, dim=1)
 
 
+def _dynamic(spec: AttentionSpec) -> bool:
+    return isinstance(spec.positions, RoPE) and isinstance(spec.positions.scaling, DynamicNTK)
+
+
+def _decoded(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, chunks: list[int],
+             mask: Tensor | None) -> Tensor:
+    """x decoded chunk by chunk against the reference's own cache (padded where mask given)."""
+    outs, cache, start = [], None, 0
+    for size in chunks:
+        end = start + size
+        if mask is None:
+            out, cache = decode_step(x[:, start:end], weights, spec, cache, start)
+        else:
+            out, cache = padded_decode_step(x[:, start:end], weights, spec, cache, start,
+                                            mask[:, :end])
+        outs.append(out)
+        start = end
+    return torch.cat(outs, dim=1)
+
+
 def decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor], spec: AttentionSpec,
                 cache: KVCache | None, offset: int) -> tuple[Tensor, KVCache]:
     """New tokens at positions offset, offset + 1, ... against a cache of the earlier ones."""
     B, t = x.size(0), x.size(1)
-    H, G, D = spec.n_head, spec.G, spec.D
-    q, k, v = (_project(x, weights, "q", H, D), _project(x, weights, "k", G, D),
-               _project(x, weights, "v", G, D))
+    q, k, v = _qkv(x, x, weights, spec)
     q_index = torch.arange(offset, offset + t, device=x.device)
     if isinstance(spec.positions, RoPE):
         q = rotate_at(q, spec.positions, _rows(q_index, B))
@@ -160,7 +204,8 @@ def decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor], spec: 
     if cache is not None:
         k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
     k_index = torch.arange(k.size(2), device=x.device)
-    y = _core(q, k, v, spec, q_index, k_index, _rows(q_index, B), _rows(k_index, B), None)
+    y = _core(q, k, v, spec, q_index, k_index, _rows(q_index, B), _rows(k_index, B), None,
+              _sinks(weights, spec))
     out = F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias"))
     return out, (k, v)
 
@@ -173,10 +218,8 @@ def padded_decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor],
     (padding never read); each row's positions count its own real tokens."""
     mask = key_mask.to(device=x.device, dtype=torch.bool)
     t = x.size(1)
-    H, G, D = spec.n_head, spec.G, spec.D
     x0 = x.masked_fill(~mask[:, offset:offset + t, None], 0.0)
-    q, k, v = (_project(x0, weights, "q", H, D), _project(x0, weights, "k", G, D),
-               _project(x0, weights, "v", G, D))
+    q, k, v = _qkv(x0, x0, weights, spec)
     pos = padding_positions(mask)
     q_pos = pos[:, offset:offset + t]
     if isinstance(spec.positions, RoPE):
@@ -185,7 +228,7 @@ def padded_decode_step(x: Float[Tensor, "B t C"], weights: Mapping[str, Tensor],
         k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
     q_index = torch.arange(offset, offset + t, device=x.device)
     k_index = torch.arange(k.size(2), device=x.device)
-    y = _core(q, k, v, spec, q_index, k_index, q_pos, pos, mask)
+    y = _core(q, k, v, spec, q_index, k_index, q_pos, pos, mask, _sinks(weights, spec))
     return F.linear(merge_heads(y), weights["o_weight"], weights.get("o_bias")), (k, v)
 
 
@@ -193,8 +236,11 @@ def padded_decode_attention(x: Float[Tensor, "B T C"], weights: Mapping[str, Ten
                             spec: AttentionSpec, chunks: list[int],
                             key_mask: Bool[Tensor, "B T"]) -> Float[Tensor, "B T C"]:
     """`padded_attention` computed chunk by chunk, each chunk's queries on every key so far
-    (recomputed: the runner's yardstick for a padded decode's own discrepancy)."""
+    (recomputed: the runner's yardstick for a padded decode's own discrepancy; decoded with
+    dynamic NTK, as `decode_attention`)."""
     mask = key_mask.to(device=x.device, dtype=torch.bool)
+    if _dynamic(spec):
+        return _decoded(x, weights, spec, chunks, mask)
     x0 = x.masked_fill(~mask[..., None], 0.0)
     pos = padding_positions(mask)
     outs, start = [], 0

@@ -15,7 +15,7 @@ import torch
 from ._api import resolve_spec, seeded, spec_call
 from ._errors import UsageError
 from ._reference import CausalSelfAttention
-from ._spec import ALiBi, AttentionSpec, alibi_slopes
+from ._spec import ALiBi, AttentionSpec
 from ._variants import SpecAttention, visible
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def _panel_title(h: int, spec: AttentionSpec | None, n_head: int, D: int) -> str
         # Query head h reads kv head h // (H / G); numbered from 1 like the heads.
         lines.append(f"reads kv head {h // (spec.n_head // spec.G) + 1} of {spec.G}")
     if spec is not None and isinstance(spec.positions, ALiBi):
-        lines.append(f"ALiBi slope {alibi_slopes(spec.n_head)[h]:.4g}")
+        lines.append(f"ALiBi slope {spec.positions.slopes_for(spec.n_head)[h]:.4g}")
     return "\n".join(lines)
 
 
@@ -180,7 +180,9 @@ def _figure(
             f"spec: {spec.describe()}\n"
             f"head_dim (D) = {D}, kv heads (G) = {spec.G}, T = {T}, seed = {seed}, "
             f"batch row {batch_row} of B = {batch}\n"
-            f"{seen}; each row sums to 1."
+            f"{seen}; "
+            + ("each row sums to 1 less its head's sink share." if spec.sinks
+               else "each row sums to 1.")
         )
     # Extra title lines (the spec; kv head, ALiBi slope) take height from panels; give it back.
     extra = 0 if spec is None else (spec.G != H) + isinstance(spec.positions, ALiBi)

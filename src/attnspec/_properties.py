@@ -36,7 +36,7 @@ from ._inference import (
 from ._reference import WEIGHT_KEYS, reference_attention
 from ._spec import AttentionSpec
 from ._subject import dtype_from_name
-from ._variants import _pipeline, spec_attention
+from ._variants import _pipeline, extra_weights, spec_attention
 from ._worker import Executor
 
 if TYPE_CHECKING:
@@ -240,7 +240,7 @@ def _reference_weights(ex: Example) -> dict[str, Tensor]:
     gen = torch.Generator().manual_seed(ex.seed + 17)
     shapes = ex.attention.weight_shapes()
     return {key: (torch.rand(shapes[key], generator=gen, dtype=torch.float64) * 2 - 1)
-            / math.sqrt(shapes[key][1]) for key in WEIGHT_KEYS}
+            / math.sqrt(shapes[key][1]) for key in WEIGHT_KEYS} | extra_weights(ex.attention, gen)
 
 
 def _reference(x: Tensor, weights: Mapping[str, Tensor], ex: Example,
@@ -657,6 +657,11 @@ def _checked_weights(result: Mapping[str, Any], ex: Example) -> dict[str, Tensor
     weights: dict[str, Tensor] = result["weights"]
     spec = ex.attention
     shapes = spec.weight_shapes()
+    missing = [key for key in spec.required_weights() if key not in weights]
+    if missing:
+        raise SubjectFault(f"export_weights gave no {', '.join(missing)} (keys: "
+                           f"{', '.join(sorted(weights))}); the spec ({spec.describe()}) needs "
+                           "them for the reference.")
     for key, value in weights.items():
         want = shapes.get(key)
         if tuple(value.shape) != want:

@@ -337,8 +337,13 @@ def _short(ce: dict[str, Any], where: dict[str, Any] | None) -> str:
     for key, value in spec.items():  # a v2 spec's other fields: window=4, n_kv_head=2, ...
         if key in ("n_embd", "n_head", "head_dim"):
             continue
-        if isinstance(value, dict):
-            value = value.get("kind", "?") + ("-interleaved" if value.get("interleaved") else "")
+        if isinstance(value, dict):  # rope-interleaved+yarn, alibi-given, rms-whole, ...
+            scaling = value.get("scaling")
+            value = (str(value.get("kind", "?"))
+                     + ("-interleaved" if value.get("interleaved") else "")
+                     + (f"+{scaling.get('kind', '?')}" if isinstance(scaling, dict) else "")
+                     + ("-given" if value.get("slopes") is not None else "")
+                     + ("-whole" if value.get("per_head") is False else ""))
         text += f" {key}={value}"
     text += f" {ce['dtype']} {ce['device']}"
     if ce.get("world"):

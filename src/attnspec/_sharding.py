@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ._errors import ConfigError
-from ._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
+from ._spec import ALiBi, AttentionSpec, RoPE
 
 if TYPE_CHECKING:
     import torch
@@ -97,9 +97,18 @@ def check_shardable(spec: AttentionSpec, world: int, kind: str, T: int | None = 
 # torch is imported inside them, so importing this module stays free of torch.
 
 
-def _alibi_of(H: int, heads: range) -> list[float]:
+def _alibi_of(alibi: ALiBi, H: int, heads: range) -> list[float]:
     # ALiBi's slope belongs to the global head: local head i of a rank is global head heads[i].
-    return alibi_slopes(H)[heads.start:heads.stop]
+    return alibi.slopes_for(H)[heads.start:heads.stop]
+
+
+def _modelled(spec: AttentionSpec, where: str) -> None:
+    """The sharded references leave q/k norms and sinks out: refuse them, never misjudge."""
+    extras = [n for n in ("qk_norm", "sinks") if getattr(spec, n) not in (None, False)]
+    if extras:
+        raise ConfigError(f"{where}: the spec has {' and '.join(extras)} ({spec.describe()}), "
+                          "which the simulated sharded references do not model yet; leave "
+                          f"{', '.join(extras)} out of a sharded subject's VARIANTS.")
 
 
 def tp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
@@ -121,6 +130,7 @@ def tp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
     from ._variants import heads_of, repeat_kv, rotate, spec_scores
 
     check_shardable(spec, world, "heads")
+    _modelled(spec, "tp_reference")
     H, G, D, T = spec.n_head, spec.G, spec.D, x.size(1)
     h, g = H // world, G // world
     plain = replace(spec, positions=None)  # ALiBi is added below, with the global heads' slopes
@@ -137,8 +147,8 @@ def tp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
             q, k = rotate(q, spec.positions, 0), rotate(k, spec.positions, 0)
         scores = spec_scores(q, repeat_kv(k, h), plain)
         if isinstance(spec.positions, ALiBi):
-            slopes = torch.tensor(_alibi_of(H, range(r * h, (r + 1) * h)), dtype=x.dtype,
-                                  device=x.device)
+            slopes = torch.tensor(_alibi_of(spec.positions, H, range(r * h, (r + 1) * h)),
+                                  dtype=x.dtype, device=x.device)
             scores = scores - slopes[:, None, None] * distance  # masked keys stay -inf
         merged = merge_heads(attend(softmax_keys(scores), repeat_kv(v, h)))
         partial = F.linear(merged, weights["o_weight"][:, rows["q"]])
@@ -203,9 +213,10 @@ def cp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, 
 
     T = x.size(1)
     check_shardable(spec, world, "positions", T=T, layout=layout)
+    _modelled(spec, "cp_reference")
     H, G, D = spec.n_head, spec.G, spec.D
     merge = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
-    slopes = (torch.tensor(alibi_slopes(H), dtype=x.dtype, device=x.device)
+    slopes = (torch.tensor(spec.positions.slopes_for(H), dtype=x.dtype, device=x.device)
               if isinstance(spec.positions, ALiBi) else None)
     held = [torch.tensor(shard_positions_of(T, r, world, layout), device=x.device)
             for r in range(world)]
@@ -214,7 +225,8 @@ def cp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, 
         q, k, v = (heads_of(F.linear(x[:, pos], weights[f"{n}_weight"], weights.get(f"{n}_bias")),
                             n_, D) for n, n_ in (("q", H), ("k", G), ("v", G)))
         if isinstance(spec.positions, RoPE):
-            q, k = rotate_at(q, spec.positions, pos[None]), rotate_at(k, spec.positions, pos[None])
+            q = rotate_at(q, spec.positions, pos[None], T)  # T: dynamic NTK's length, global
+            k = rotate_at(k, spec.positions, pos[None], T)
         qkv.append((q, k, v))
     shards = []
     for r in range(world):

@@ -12,7 +12,18 @@ from ._config import divisors
 from ._errors import ConfigError
 from ._options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH, NARROW_HEAD_DIM, NARROW_HEADS
 from ._properties import Example, Property
-from ._spec import ALiBi, AttentionSpec, RoPE, positions_from_json
+from ._spec import (
+    ALiBi,
+    AttentionSpec,
+    DynamicNTK,
+    LinearScaling,
+    Llama3Scaling,
+    QKNorm,
+    RoPE,
+    YaRN,
+    positions_from_json,
+    qk_norm_from_json,
+)
 
 __all__ = ["batch_sizes", "configs", "cut_points", "examples", "head_dims", "invalid_configs",
            "seq_lengths", "specs"]
@@ -139,6 +150,28 @@ POSITIONS: tuple[RoPE | ALiBi | None, ...] = (
     RoPE(theta=500000.0, fraction=0.25, interleaved=True))
 
 
+# The q/k norms drawn where a subject lets them vary: none, Qwen3's, Persimmon's, OLMo2's.
+QK_NORMS: tuple[QKNorm | None, ...] = (
+    None, QKNorm(), QKNorm(kind="layer", eps=1e-5), QKNorm(per_head=False),
+    QKNorm(kind="layer", per_head=False))
+
+
+def scaled_ropes(max_seq: int) -> tuple[RoPE, ...]:
+    """RoPE scalings drawn where positions may be "any", with the original lengths inside
+    max_seq so that T beyond them is drawn too (where dynamic NTK and YaRN change anything)."""
+    half = max(1, max_seq // 2)
+    return (RoPE(scaling=LinearScaling(4.0)), RoPE(scaling=DynamicNTK(2.0, half)),
+            RoPE(fraction=0.5, scaling=YaRN(4.0, half)),
+            RoPE(theta=500000.0, interleaved=True, scaling=Llama3Scaling(
+                8.0, 1.0, 4.0, max(2, max_seq))))
+
+
+# In the "any" draw of positions: ALiBi with a slope per head drawn from SLOPES.
+DRAWN_SLOPES = "ALiBi with drawn slopes"
+SLOPES = st.one_of(st.sampled_from((0.0, 0.5, 2.0 ** -4)),
+                   st.floats(0.0, 1.0, allow_nan=False, allow_infinity=False))
+
+
 def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = False,
           need_groups: bool = False, need_rope: bool = False, max_heads: int = MAX_HEADS,
           max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH, heads_per: int = 1,
@@ -155,7 +188,8 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
             return st.just(default)
         if values == "any":
             return anything
-        listed = [positions_from_json(v) for v in values] if name == "positions" else values
+        decode = {"positions": positions_from_json, "qk_norm": qk_norm_from_json}.get(name)
+        listed = [decode(v) for v in values] if decode is not None else values
         return st.sampled_from(listed)
 
     # Mostly short windows; for the window property W < max_seq, so that T > W can be drawn.
@@ -164,18 +198,27 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
     window_st = field("window", st.one_of(st.none(), windows))
     if need_window:
         window_st = window_st.filter(lambda w: w is not None)
-    positions_st = field("positions", st.sampled_from(POSITIONS))
+    positions_st = field("positions", st.sampled_from((*POSITIONS, *scaled_ropes(max_seq),
+                                                       DRAWN_SLOPES)))
+    # A listed ALiBi with given slopes fixes n_head: positions are drawn first, H follows.
+    slopes_listed = isinstance(variants.get("positions"), list) and any(
+        isinstance(p, dict) and p.get("slopes") is not None for p in variants["positions"])
     if need_rope:
         positions_st = positions_st.filter(lambda p: isinstance(p, RoPE))
     scale_st = field("scale", st.one_of(st.none(), st.sampled_from((0.05, 0.25, 1.0))))
     softcap_st = field("softcap", st.one_of(st.none(), st.sampled_from((1.0, 5.0, 30.0))))
     bias_st = field("bias", st.booleans(), default=True)
+    qk_norm_st = field("qk_norm", st.sampled_from(QK_NORMS))
+    sinks_st = field("sinks", st.booleans(), default=False)
+    if need_groups:  # a norm over all G·D channels has no per-kv-head form to regroup
+        qk_norm_st = qk_norm_st.filter(lambda n: n is None or n.per_head)
     own_width = variants.get("head_dim") is not None
     can_be_wide = max_heads > NARROW_HEADS or max_head_dim > NARROW_HEAD_DIM
     wide_st = st.integers(1, NARROW_SHARE).map(lambda n: n == NARROW_SHARE)
 
     @st.composite
     def draw(draw: st.DrawFn) -> AttentionSpec:
+        early = draw(positions_st) if slopes_listed else None
         wide = can_be_wide and draw(wide_st)
         most_heads = max_heads if wide else min(NARROW_HEADS, max_heads)
         heads = (grouped_heads(variants, most_heads) or grouped_heads(variants, max_heads)
@@ -183,14 +226,20 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
         if heads_per > 1:
             heads = [h for h in range(1, max_heads + 1) if h % heads_per == 0 and
                      (h <= most_heads or h == heads_per)]
+        if isinstance(early, ALiBi) and early.slopes is not None:
+            heads = [len(early.slopes)]
+            assume(heads[0] % heads_per == 0 and heads[0] <= max_heads)
         H = draw(st.sampled_from([h for h in heads if h <= max_width] or heads))
         most_dim = (min(max_head_dim, max(1, max_width // H)) if wide
                     else min(NARROW_HEAD_DIM, max_head_dim, max(1, max_width // H)))
-        positions = draw(positions_st)
+        positions = early if slopes_listed else draw(positions_st)
+        if positions == DRAWN_SLOPES:  # slopes of its own per head (as Falcon-RW's are)
+            positions = ALiBi(tuple(draw(st.lists(SLOPES, min_size=H, max_size=H))))
         if isinstance(positions, RoPE):  # it turns channel pairs: D among the sizes it can
             rope = positions
+            fewest = 4 if isinstance(rope.scaling, DynamicNTK) else 2  # r / (r - 2): r > 2
             fits = [d for d in range(1, most_dim + 1)
-                    if rope.rotary_dim(d) >= 2 and rope.rotary_dim(d) % 2 == 0]
+                    if rope.rotary_dim(d) >= fewest and rope.rotary_dim(d) % 2 == 0]
             assume(bool(fits))
             favoured = [d for d in _kernel_sizes(most_dim) if d in fits]
             D = draw(st.one_of(st.sampled_from(favoured), st.sampled_from(fits)) if favoured
@@ -211,7 +260,8 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
             return AttentionSpec(C, H, n_kv_head=None if G == H else G, head_dim=head_dim,
                                  window=draw(window_st), scale=draw(scale_st),
                                  softcap=draw(softcap_st), positions=positions,
-                                 bias=draw(bias_st))
+                                 bias=draw(bias_st), qk_norm=draw(qk_norm_st),
+                                 sinks=draw(sinks_st))
         except ConfigError:  # a listed value that does not fit (n_kv_head not dividing H)
             assume(False)
             raise

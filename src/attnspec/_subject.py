@@ -216,20 +216,21 @@ _VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "scale": (lambda v: v is None or _positive(v), "a finite number > 0, or None"),
     "softcap": (lambda v: v is None or _positive(v), "a finite number > 0, or None"),
     "bias": (lambda v: isinstance(v, bool), "True or False"),
+    "sinks": (lambda v: isinstance(v, bool), "True or False"),
 }
 
 
-def _rotates_some_head(fraction: float) -> bool:
-    """Whether RoPE's `fraction` turns an even number >= 2 of channels of some drawable D."""
+def _rotates_some_head(fraction: float, fewest: int = 2) -> bool:
+    """Whether RoPE's `fraction` turns an even number >= fewest of channels of some D."""
     rotated = (int(D * fraction) for D in range(1, HEAD_DIM_LIMIT + 1))
-    return any(r >= 2 and r % 2 == 0 for r in rotated)
+    return any(r >= fewest and r % 2 == 0 for r in rotated)
 
 
 def check_variants(variants: Mapping[str, Any], target: str) -> None:
     """Raise TargetError, naming the field, the value and why, for a listed VARIANTS value (in
     `parse_variants`' JSON form) that no AttentionSpec attnspec can draw could take: every
     example with it would be refused, and the property skipped unchecked."""
-    from ._spec import RoPE, positions_from_json
+    from ._spec import ALiBi, DynamicNTK, RoPE, positions_from_json, qk_norm_from_json
 
     def bad(name: str, value: Any, why: str) -> TargetError:
         if isinstance(value, dict) and value.get("kind") == "rope":  # as the subject wrote it
@@ -252,11 +253,27 @@ def check_variants(variants: Mapping[str, Any], target: str) -> None:
                     positions = positions_from_json(value)
                 except (ConfigError, TypeError) as error:
                     raise bad(name, value, str(error).rstrip(".")) from None
+                if isinstance(positions, ALiBi) and positions.slopes is not None and len(
+                        positions.slopes) > HEADS_LIMIT:
+                    raise bad(name, value, f"ALiBi's {len(positions.slopes)} slopes fix n_head "
+                                           f"at {len(positions.slopes)}, and attnspec draws "
+                                           f"n_head up to {HEADS_LIMIT}")
+                if isinstance(positions, RoPE) and isinstance(positions.scaling, DynamicNTK) \
+                        and not _rotates_some_head(positions.fraction, 4):
+                    raise bad(name, value, f"dynamic NTK needs at least 4 rotated channels, "
+                                           f"and fraction={positions.fraction!r} gives none "
+                                           f"for any head_dim up to {HEAD_DIM_LIMIT}")
                 if isinstance(positions, RoPE) and not _rotates_some_head(positions.fraction):
                     raise bad(name, value, f"RoPE rotates int(head_dim * fraction) "
                                                f"channels, an even number >= 2, and fraction="
                                                f"{positions.fraction!r} gives none for any "
                                                f"head_dim up to {HEAD_DIM_LIMIT}")
+                continue
+            if name == "qk_norm":
+                try:
+                    qk_norm_from_json(value)
+                except (ConfigError, TypeError) as error:
+                    raise bad(name, value, str(error).rstrip(".")) from None
                 continue
             rule = _VALUE_RULES.get(name)
             if rule is not None and not rule[0](value):

@@ -20,6 +20,7 @@ STAGES: tuple[tuple[str, str], ...] = (
 
 # Protocol v2's extra stages, between head split and scores (SpecAttention.traced).
 SPEC_STAGES: tuple[tuple[str, str], ...] = (
+    ("qk norm", "B T H*D"),
     ("kv heads", "B G T D"),
     ("rotary", "B H T D"),
     ("shared kv", "B H T D"),
@@ -29,6 +30,7 @@ _NOTES = {
     "input": "residual stream",
     "projection": "q, k, v each",
     "head split": "B T (H D) -> B H T D",
+    "qk norm": "q and k normalised (RMSNorm or LayerNorm), before RoPE",
     "kv heads": "keys and values: B T (G D) -> B G T D",
     "rotary": "RoPE on queries and keys",
     "shared kv": "each kv head repeated for its H / G query heads",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnspec import ALiBi, AttentionSpec, RoPE
@@ -26,6 +27,42 @@ class SpecAttn(nn.Module):
         self.k = nn.Linear(C, G * D, bias=spec.bias)
         self.v = nn.Linear(C, G * D, bias=spec.bias)
         self.o = nn.Linear(H * D, C, bias=spec.bias)
+        norm = spec.qk_norm
+        if norm is not None:  # drawn near 1 (not ones), so a weight misapplied shows
+            q_n, k_n = (D, D) if norm.per_head else (H * D, G * D)
+            self.q_norm_weight = nn.Parameter(1 + 0.3 * (torch.rand(q_n) * 2 - 1))
+            self.k_norm_weight = nn.Parameter(1 + 0.3 * (torch.rand(k_n) * 2 - 1))
+            if norm.kind == "layer":
+                self.q_norm_bias = nn.Parameter(0.3 * (torch.rand(q_n) * 2 - 1))
+                self.k_norm_bias = nn.Parameter(0.3 * (torch.rand(k_n) * 2 - 1))
+        if spec.sinks:
+            self.sinks = nn.Parameter(torch.randn(H))
+
+    def softmax(self, scores: Tensor) -> Tensor:
+        """Over the keys, and with sinks over each head's sink logit too, dropped after."""
+        if not self.spec.sinks:
+            return torch.softmax(scores, dim=-1)
+        B, H, Tq, _ = scores.shape
+        sink = self.sinks.to(scores.dtype)[None, :, None, None].expand(B, H, Tq, 1)
+        return torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
+
+    def norm(self, t: Tensor, which: str) -> Tensor:
+        """q or k (B, T, N·D) normalised per head (or over all of it), as RMSNorm/LayerNorm."""
+        norm = self.spec.qk_norm
+        if norm is None:
+            return t
+        B, T, W = t.shape
+        chunks = t.reshape(B, T, -1, self.spec.D if norm.per_head else W)
+        wide = chunks.to(torch.float64 if t.dtype == torch.float64 else torch.float32)
+        if norm.kind == "layer":
+            out = F.layer_norm(wide, wide.shape[-1:], eps=norm.eps).to(t.dtype)
+        else:
+            out = F.rms_norm(wide, wide.shape[-1:], eps=norm.eps).to(t.dtype)
+        out = out.reshape(B, T, W) if not norm.per_head else out
+        out = out * getattr(self, f"{which}_norm_weight")
+        if norm.kind == "layer":
+            out = out + getattr(self, f"{which}_norm_bias")
+        return out.reshape(B, T, W)
 
     def share_kv(self, t: Tensor) -> Tensor:
         """(B, G, T, D) -> (B, H, T, D): query head h reads kv head h // (H / G)."""
@@ -46,14 +83,69 @@ class SpecAttn(nn.Module):
         """Where the rotary angles are computed: float32 or wider."""
         return torch.float64 if t.dtype == torch.float64 else torch.float32
 
-    def rotate_at(self, t: Tensor, rope: RoPE, pos: Tensor) -> Tensor:
-        """pos (B or 1, T): each row's own positions."""
+    def scaled(self, rope: RoPE, rot: int, length: int) -> tuple[list[float], float]:
+        """RoPE scaling's frequencies, one by one, and the factor on cos and sin (YaRN's), as
+        transformers' ROPE_INIT_FUNCTIONS; `length` is what dynamic NTK rebases on."""
+        s, base = rope.scaling, rope.theta
+        kind = type(s).__name__
+        if kind == "DynamicNTK" and length > s.original_max_position:
+            base *= (s.factor * length / s.original_max_position - s.factor + 1) ** (
+                rot / (rot - 2))
+        freqs = [base ** (-2 * i / rot) for i in range(rot // 2)]
+        if kind == "LinearScaling":
+            return [f / s.factor for f in freqs], 1.0
+        if kind == "Llama3Scaling":
+            M, lo, hi = s.original_max_position, s.low_freq_factor, s.high_freq_factor
+            out = []
+            for f in freqs:
+                wave = 2 * math.pi / f
+                if wave < M / hi:
+                    out.append(f)
+                elif wave > M / lo:
+                    out.append(f / s.factor)
+                else:
+                    mix = (M / wave - lo) / (hi - lo)
+                    out.append((1 - mix) * f / s.factor + mix * f)
+            return out, 1.0
+        if kind == "YaRN":
+            def dim(turns: float) -> float:
+                return rot * math.log(s.original_max_position / (turns * 2 * math.pi)) / (
+                    2 * math.log(rope.theta))
+            lo, hi = dim(s.beta_fast), dim(s.beta_slow)
+            if s.truncate:
+                lo, hi = math.floor(lo), math.ceil(hi)
+            lo, hi = max(lo, 0), min(hi, rot - 1)
+            hi = hi + 0.001 if lo == hi else hi
+            mixed = []
+            for i, f in enumerate(freqs):
+                r = min(max((i - lo) / (hi - lo), 0.0), 1.0)  # 0: kept, 1: interpolated
+                mixed.append(f * (1 - r) + f / s.factor * r)
+            if s.attention_factor is not None:
+                return mixed, s.attention_factor
+
+            def m(scale: float, k: float = 1.0) -> float:
+                return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+            if s.mscale and s.mscale_all_dim:
+                return mixed, m(s.factor, s.mscale) / m(s.factor, s.mscale_all_dim)
+            return mixed, m(s.factor)
+        return freqs, 1.0
+
+    def rotate_at(self, t: Tensor, rope: RoPE, pos: Tensor, length: int | None = None,
+                  ) -> Tensor:
+        """pos (B or 1, T): each row's own positions; length: dynamic NTK's (1 + max pos)."""
         D = t.shape[-1]
         rot = int(D * rope.fraction)
         exact = self.angle_dtype(t)
-        inv = 1.0 / rope.theta ** (torch.arange(0, rot, 2, dtype=exact) / rot)
+        factor = 1.0
+        if rope.scaling is None:
+            inv = 1.0 / rope.theta ** (torch.arange(0, rot, 2, dtype=exact) / rot)
+        else:
+            seen = int(pos.max()) + 1 if length is None else length
+            freqs, factor = self.scaled(rope, rot, seen)
+            inv = torch.tensor(freqs, dtype=torch.float64).to(exact)
         ang = (pos.to(exact)[..., None] * inv)[:, None].to(t.device)  # (B, 1, T, rot / 2)
-        cos, sin = ang.cos().to(t.dtype), ang.sin().to(t.dtype)
+        cos, sin = ang.cos() * factor, ang.sin() * factor
+        cos, sin = cos.to(t.dtype), sin.to(t.dtype)
         x, rest = t[..., :rot], t[..., rot:]
         if rope.interleaved:
             x1, x2 = x[..., 0::2], x[..., 1::2]
@@ -68,20 +160,24 @@ class SpecAttn(nn.Module):
         return 1.0 / math.sqrt(self.spec.D) if s is None else s
 
     def slopes(self, H: int) -> list[float]:
+        given = getattr(self.spec.positions, "slopes", None)
+        return list(given) if given is not None else self.paper_slopes(H)
+
+    def paper_slopes(self, H: int) -> list[float]:
         def pow2(n: int) -> list[float]:
             start = 2 ** (-(2 ** -(math.log2(n) - 3)))
             return [start * start ** i for i in range(n)]
         if math.log2(H).is_integer():
             return pow2(H)
         low = 2 ** math.floor(math.log2(H))
-        return pow2(low) + self.slopes(2 * low)[0::2][:H - low]
+        return pow2(low) + self.paper_slopes(2 * low)[0::2][:H - low]
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
         s = self.spec
         H, G, D = s.n_head, s.G, s.D
-        q = self.q(x).view(B, T, H, D).transpose(1, 2)
-        k = self.k(x).view(B, T, G, D).transpose(1, 2)
+        q = self.norm(self.q(x), "q").view(B, T, H, D).transpose(1, 2)
+        k = self.norm(self.k(x), "k").view(B, T, G, D).transpose(1, 2)
         v = self.v(x).view(B, T, G, D).transpose(1, 2)
         if isinstance(s.positions, RoPE):
             q, k = self.rotate(q, s.positions), self.rotate(k, s.positions)
@@ -95,7 +191,7 @@ class SpecAttn(nn.Module):
             slope = torch.tensor(self.slopes(H), dtype=scores.dtype, device=x.device)
             scores = scores - slope[:, None, None] * (i - j).to(scores.dtype)
         scores = scores.masked_fill(~self.allowed(T, x.device), float("-inf"))
-        y = torch.softmax(scores, dim=-1) @ v
+        y = self.softmax(scores) @ v
         return self.o(y.transpose(1, 2).reshape(B, T, H * D))
 
 
@@ -104,15 +200,15 @@ class SpecAttn(nn.Module):
     def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         B, T, _ = x.shape
         s = self.spec
-        return (self.q(x).view(B, T, s.n_head, s.D).transpose(1, 2),
-                self.k(x).view(B, T, s.G, s.D).transpose(1, 2),
+        return (self.norm(self.q(x), "q").view(B, T, s.n_head, s.D).transpose(1, 2),
+                self.norm(self.k(x), "k").view(B, T, s.G, s.D).transpose(1, 2),
                 self.v(x).view(B, T, s.G, s.D).transpose(1, 2))
 
     def masked_softmax(self, scores: Tensor, seen: Tensor) -> Tensor:
         """Softmax over the keys seen; a row that sees none gets zero weights."""
         scores = scores.masked_fill(~seen, float("-inf"))
         some = seen.any(dim=-1, keepdim=True)
-        return torch.softmax(scores.masked_fill(~some, 0.0), dim=-1) * some
+        return self.softmax(scores.masked_fill(~some, 0.0)) * some
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, qi: Tensor, kj: Tensor, qpos: Tensor,
                kpos: Tensor, keep: Tensor | None) -> Tensor:
@@ -149,12 +245,17 @@ class SpecAttn(nn.Module):
         q, k, v = self.heads(x)
         qi = self.decode_positions(offset, x.shape[1]).to(x.device)
         if isinstance(self.spec.positions, RoPE):
-            q = self.rotate_at(q, self.spec.positions, qi[None])
-            k = self.rotate_at(k, self.spec.positions, qi[None])
+            seen = self.decode_length(offset, x.shape[1])
+            q = self.rotate_at(q, self.spec.positions, qi[None], seen)
+            k = self.rotate_at(k, self.spec.positions, qi[None], seen)
         k, v = self.append(cache, k, v)
         kj = torch.arange(k.shape[2], device=x.device)
         qi = torch.arange(offset, offset + x.shape[1], device=x.device)
         return self.attend(q, k, v, qi, kj, qi[None], kj[None], None), (k, v)
+
+    def decode_length(self, offset: int, t: int) -> int:
+        """Dynamic NTK's length for a decode call: 1 + its last position."""
+        return offset + t
 
     def padded_decode_positions(self, keep: Tensor, offset: int, t: int) -> Tensor:
         """(B, t): the new tokens' positions, counting each row's real tokens so far."""
@@ -213,8 +314,9 @@ class SpecAttn(nn.Module):
         qi = torch.arange(Tq, device=x_q.device) + self.corner_shift(Tq, Tk)
         kj = torch.arange(Tk, device=x_q.device)
         if isinstance(self.spec.positions, RoPE):
-            q = self.rotate_at(q, self.spec.positions, qi[None])
-            k = self.rotate_at(k, self.spec.positions, kj[None])
+            seen = max(Tq + self.corner_shift(Tq, Tk), Tk)  # one length for q and k
+            q = self.rotate_at(q, self.spec.positions, qi[None], seen)
+            k = self.rotate_at(k, self.spec.positions, kj[None], seen)
         return self.attend(q, k, v, qi, kj, qi[None], kj[None], None)
 
 
@@ -246,4 +348,5 @@ def export_weights(module: nn.Module) -> dict[str, Tensor]:
     out = {f"{n}_weight": getattr(module, n).weight for n in "qkvo"}
     if module.q.bias is not None:
         out |= {f"{n}_bias": getattr(module, n).bias for n in "qkvo"}
-    return out
+    extras = ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias", "sinks")
+    return out | {k: getattr(module, k) for k in extras if hasattr(module, k)}

@@ -23,7 +23,7 @@ from _spec_common import (  # noqa: E402
 
 EXPECTED: frozenset[str] = frozenset()
 VARIANTS = {name: "any" for name in ("n_kv_head", "head_dim", "window", "scale", "softcap",
-                                     "positions", "bias")}
+                                     "positions", "bias", "qk_norm", "sinks")}
 
 
 def build(spec: object) -> SpecAttn:

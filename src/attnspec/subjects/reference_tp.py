@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from .._reference import attend, merge_heads, softmax_keys
 from .._sharding import check_shardable
-from .._spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
+from .._spec import ALiBi, AttentionSpec, RoPE
 from .._variants import SpecAttention, heads_of, repeat_kv, rotate, spec_scores
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def local_attention(q: Tensor, k: Tensor, v: Tensor, spec: AttentionSpec, head_o
     # ALiBi goes on below, with the global heads' slopes; -inf (masked) minus a slope stays -inf.
     scores = spec_scores(q, k, replace(spec, positions=None))
     if isinstance(spec.positions, ALiBi):
-        slopes = torch.tensor(alibi_slopes(spec.n_head)[head_offset:head_offset + H],
+        slopes = torch.tensor(spec.positions.slopes_for(spec.n_head)[head_offset:head_offset + H],
                               dtype=scores.dtype, device=q.device)
         i = torch.arange(q.size(-2), device=q.device)
         scores = scores - slopes[:, None, None] * (i[:, None] - i[None, :]).to(scores.dtype)

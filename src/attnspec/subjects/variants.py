@@ -1,6 +1,7 @@
 """The reference for every attention spec (protocol v2): GQA/MQA, head sizes of their own,
-sliding windows, scales, soft caps, RoPE and ALiBi, and every inference hook (a cache, key
-padding, queries fewer than keys, positions from an offset). It must pass everything."""
+sliding windows, scales, soft caps, RoPE and ALiBi, q/k norms, attention sinks, and every
+inference hook (a cache, key padding, queries fewer than keys, positions from an offset). It
+must pass everything."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .._variants import SpecAttention
 
 PROTOCOL = 2
 VARIANTS = {name: "any" for name in ("n_kv_head", "head_dim", "window", "scale", "softcap",
-                                     "positions", "bias")}
+                                     "positions", "bias", "qk_norm", "sinks")}
 CORNER = "bottom_right"
 MASKED_ROWS = "zero"
 
