@@ -24,6 +24,7 @@ from torch import Tensor
 
 from . import _tolerance as tol
 from ._answers import BadAnswer, check_kind, check_results
+from ._diagnose import diagnose
 from ._execute import vjp
 from ._inference import (
     corner_shift,
@@ -570,7 +571,9 @@ def check_oracle(ctx: Context, ex: Example) -> Outcome:
     if err > allowed:
         precision = _only_float32_accurate(ex, err, lambda: tol.max_abs_diff(
             _reference(x, weights, ex, torch.float32), golden)[0], scale)
-        why = f": {precision}" if precision else "."
+        # float64 rounded as float32 is cause enough; otherwise, which common mistake it is
+        why = (f": {precision}" if precision else
+               ". " + diagnose(out, x, weights, ex.attention, ex.dtype, scale))
         return _fail(f"max|subject - reference| = {err:.3g}, allowed {allowed:.3g} "
                      f"({tol.K:g} x the reference's own {ex.dtype} error {yard:.3g} + floor)"
                      f"{_at(index)}{why}", err, allowed, index)
