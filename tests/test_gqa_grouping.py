@@ -104,3 +104,17 @@ def test_the_engine_says_why_it_draws_no_grouped_spec() -> None:
                              max_examples=3, database=False)
     result = report.result("gqa_grouping")
     assert result.verdict == "skip" and "protocol 1" in (result.message or ""), result
+
+
+@pytest.mark.parametrize(("twin", "which"), [("gqa_values_tiled", "values"),
+                                             ("gqa_keys_tiled", "keys"),
+                                             ("gqa_tiled", "keys and values")])
+def test_keys_or_values_tiled_alone_is_named(twin: str, which: str) -> None:
+    spec = SPECS[2]  # H=8 on G=4, RoPE and a window
+    subject = InProcess(str(Path(__file__).parent / "broken" / f"{twin}.py"))
+    outcome = check_gqa_grouping(Context(subject), _example(spec))
+    assert outcome.kind == "fail", outcome
+    assert f"reading the {which} of kv heads {[h % 4 for h in range(8)]}" in outcome.message
+    assert f"the {which} tiled (repeat)" in outcome.message, outcome.message
+    other = {"values": "keys", "keys": "values"}.get(which)
+    assert (f"while the {other} are grouped as declared" in outcome.message) == bool(other)

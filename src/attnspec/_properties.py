@@ -24,7 +24,7 @@ from torch import Tensor
 
 from . import _tolerance as tol
 from ._answers import BadAnswer, check_kind, check_results
-from ._diagnose import diagnose
+from ._diagnose import diagnose, grouped_weights
 from ._execute import vjp
 from ._inference import (
     corner_shift,
@@ -1125,6 +1125,25 @@ def check_gqa_grouping(ctx: Context, ex: Example) -> Outcome:
     allowed = tol.allowed(yard, ex.dtype, float(golden.abs().max()))
     if tol.max_abs_diff(out, golden)[0] <= allowed:
         return Outcome(PASS)
+    tiled = [h % G for h in range(H)]
+    x64, w64 = x.to(torch.float64), _cast(weights, torch.float64, "cpu")
+    for k_reads, v_reads in ((tiled, tiled), (declared, tiled), (tiled, declared)):
+        # The common mistakes first, keys and values apart: one of them may be tiled alone.
+        grouped, mha = grouped_weights(w64, spec, k_reads, v_reads)
+        err, index = tol.max_abs_diff(out, _oracle(x64, grouped, dataclasses.replace(
+            ex, spec=mha)))
+        if err <= allowed:
+            which = ("keys and values" if k_reads == v_reads else
+                     "values" if v_reads == tiled else "keys")
+            rest = ("" if k_reads == v_reads else
+                    f", while the {'keys' if which == 'values' else 'values'} are grouped as "
+                    "declared (h // (H / G))")
+            return _fail(f"with H={H} query heads on G={G} kv heads, query head h must read kv "
+                         f"head h // (H / G) = h // {H // G} (repeat_interleave), but the "
+                         f"subject's output is the reference's with query heads reading the "
+                         f"{which} of kv heads {tiled} (matched to {err:.3g}, allowed "
+                         f"{allowed:.3g}): that is h % G, the {which} tiled (repeat) instead of "
+                         f"repeated in place{rest}.", err, allowed, index)
     shares = _head_contributions(x, weights, spec)  # (H, G, B, T, C)
     target = out.to(torch.float64)
     if "o_bias" in weights:
@@ -1144,14 +1163,11 @@ def check_gqa_grouping(ctx: Context, ex: Example) -> Outcome:
         return Outcome(PASS, notes=["the output fits no assignment of query heads to kv heads "
                                     "(see oracle)"])
     wrong = [h for h in range(H) if reads[h] != declared[h]]
-    tiled = reads == [h % G for h in range(H)]
     shown = ", ".join(f"{h} -> {reads[h]} (not {declared[h]})" for h in wrong[:6])
     return _fail(f"with H={H} query heads on G={G} kv heads, query head h must read kv head "
                  f"h // (H / G) = h // {H // G} (repeat_interleave), but the subject's output "
                  f"is the reference's with query heads reading kv heads {reads} (matched to "
-                 f"{err:.3g}, allowed {allowed:.3g}): {shown}"
-                 + ("; that is h % G, the kv heads tiled (repeat) instead of repeated in place."
-                    if tiled else "."), err, allowed, index)
+                 f"{err:.3g}, allowed {allowed:.3g}): {shown}.", err, allowed, index)
 
 
 # Offsets the shifted hook is asked for: small ones, and ones past the lengths drawn.
