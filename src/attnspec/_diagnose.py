@@ -107,91 +107,88 @@ def _hypotheses(spec: AttentionSpec, weights: Mapping[str, Tensor], T: int,
     """The discrete hypotheses for this spec (each one forward). `plain`: the default
     reference, which can also run the scores' other normalisations."""
     H, G = spec.n_head, spec.G
+
+    def spec_with(label: str, short: str, **changes: object) -> _Hypothesis:
+        changed = dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
+        return _Hypothesis(label, short, changed, weights)
+
     forms = _scale_forms(spec, T)
     declared = _named(spec.attn_scale, forms)
     seen = [spec.attn_scale]
-    for value in forms.values():
+    for name, value in forms.items():
         if not any(_same(value, s) for s in seen):
             seen.append(value)
-            name = next(n for n, v in forms.items() if _same(v, value))
-            yield _Hypothesis(f"the score scale {_named(value, forms)} (declared {declared})",
-                              f"scale {name}", dataclasses.replace(spec, scale=value), weights)
+            yield spec_with(f"the score scale {_named(value, forms)} (declared {declared})",
+                            f"scale {name}", scale=value)
     rope = spec.positions
     if isinstance(rope, RoPE):
         style = ("interleaved RoPE, rotating channel pairs (0, 1), (2, 3), ... (GPT-J)",
                  "rotate-half RoPE, rotating channels i and i + rotary_dim / 2 (GPT-NeoX, Llama)")
         other, mine = style[::-1] if rope.interleaved else style
-        yield _Hypothesis(f"{other} (declared: {mine.split(',')[0]})",
-                          f"interleaved={not rope.interleaved}", dataclasses.replace(
-                              spec, positions=dataclasses.replace(
-                                  rope, interleaved=not rope.interleaved)), weights)
+        yield spec_with(f"{other} (declared: {mine.split(',')[0]})",
+                        f"interleaved={not rope.interleaved}",
+                        positions=dataclasses.replace(rope, interleaved=not rope.interleaved))
         for theta in _THETAS:
             if not _same(theta, rope.theta):
-                yield _Hypothesis(f"RoPE theta={theta:g} (declared {rope.theta:g})",
-                                  f"theta={theta:g}", dataclasses.replace(spec, positions=dataclasses.replace(
-                                      rope, theta=theta)), weights)
+                yield spec_with(f"RoPE theta={theta:g} (declared {rope.theta:g})",
+                                f"theta={theta:g}",
+                                positions=dataclasses.replace(rope, theta=theta))
         if rope.fraction != 1.0:
-            yield _Hypothesis(f"RoPE on all channels, fraction 1 (declared {rope.fraction:g})",
-                              "fraction=1", dataclasses.replace(spec, positions=dataclasses.replace(
-                                  rope, fraction=1.0)), weights)
-        yield _Hypothesis("no RoPE at all (declared " + repr(rope) + ")", "no RoPE",
-                          dataclasses.replace(spec, positions=None), weights)
+            yield spec_with(f"RoPE on all channels, fraction 1 (declared {rope.fraction:g})",
+                            "fraction=1", positions=dataclasses.replace(rope, fraction=1.0))
+        yield spec_with(f"no RoPE at all (declared {rope!r})", "no RoPE", positions=None)
     if isinstance(rope, ALiBi):
-        yield _Hypothesis("no ALiBi bias at all (declared ALiBi())", "no ALiBi",
-                          dataclasses.replace(spec, positions=None), weights)
-    if spec.window is not None:
-        W = spec.window
+        yield spec_with("no ALiBi bias at all (declared ALiBi())", "no ALiBi", positions=None)
+    W = spec.window
+    if W is not None:
         if W > 1:
-            yield _Hypothesis(f"a window of W - 1 = {W - 1} keys (declared {W}: j > i - W)",
-                              "window W-1", dataclasses.replace(spec, window=W - 1), weights)
-        yield _Hypothesis(f"a window of W + 1 = {W + 1} keys (declared {W}: j > i - W, so "
-                          "the edge j = i - W is out)", "window W+1", dataclasses.replace(spec, window=W + 1),
-                          weights)
-        yield _Hypothesis(f"no window at all (declared {W})", "no window",
-                          dataclasses.replace(spec, window=None), weights)
+            yield spec_with(f"a window of W - 1 = {W - 1} keys (declared {W}: j > i - W)",
+                            "window W-1", window=W - 1)
+        yield spec_with(f"a window of W + 1 = {W + 1} keys (declared {W}: j > i - W, so the "
+                        "edge j = i - W is out)", "window W+1", window=W + 1)
+        yield spec_with(f"no window at all (declared {W})", "no window", window=None)
     if spec.softcap is not None:
-        yield _Hypothesis(f"no soft cap (declared softcap={spec.softcap:g})", "no softcap",
-                          dataclasses.replace(spec, softcap=None), weights)
-    else:
-        for cap in _CAPS:
-            yield _Hypothesis(f"a soft cap of {cap:g} (none declared)", f"softcap {cap:g}",
-                              dataclasses.replace(spec, softcap=cap), weights)
+        yield spec_with(f"no soft cap (declared softcap={spec.softcap:g})", "no softcap",
+                        softcap=None)
+    for cap in () if spec.softcap is not None else _CAPS:
+        yield spec_with(f"a soft cap of {cap:g} (none declared)", f"softcap {cap:g}",
+                        softcap=cap)
     if plain:
-        yield _Hypothesis("softmax over the query axis (dim=-2) instead of the keys",
-                          "softmax over queries", spec, weights, "queries")
-        yield _Hypothesis("softmax over every key, masked after it (rows sum to less than one)",
-                          "masked after softmax", spec, weights, "after")
-        yield _Hypothesis("exp(scores - row max) never divided by the row's sum (rows do not "
-                          "sum to one)", "unnormalised exp", spec, weights, "unnormalised")
+        for label, short, how in (
+                ("softmax over the query axis (dim=-2) instead of the keys",
+                 "softmax over queries", "queries"),
+                ("softmax over every key, masked after it (rows sum to less than one)",
+                 "masked after softmax", "after"),
+                ("exp(scores - row max) never divided by the row's sum (rows do not sum to "
+                 "one)", "unnormalised exp", "unnormalised")):
+            yield _Hypothesis(label, short, spec, weights, how)
     if 1 < G < H:
         grouped = [h // (H // G) for h in range(H)]
         tiled = [h % G for h in range(H)]
         for label, short, k_reads, v_reads in (
                 ("keys and values tiled: query head h reads kv head h % G (repeat, not "
                  "repeat_interleave)", "k/v tiled", tiled, tiled),
-                ("values tiled (h % G) while keys are grouped (h // (H/G))", "v tiled", grouped,
-                 tiled),
-                ("keys tiled (h % G) while values are grouped (h // (H/G))", "k tiled", tiled,
-                 grouped)):
+                ("values tiled (h % G) while keys are grouped (h // (H/G))", "v tiled",
+                 grouped, tiled),
+                ("keys tiled (h % G) while values are grouped (h // (H/G))", "k tiled",
+                 tiled, grouped)):
             w, mha = grouped_weights(weights, spec, k_reads, v_reads)
             yield _Hypothesis(label, short, mha, w)
     yield _Hypothesis("keys and values swapped (k_weight used as v, v_weight as k)",
-                      "k/v swapped", spec,
-                      _swapped(weights, "k", "v"))
+                      "k/v swapped", spec, _swapped(weights, "k", "v"))
     if G == H:
-        yield _Hypothesis("queries and keys swapped (q_weight used as k and k_weight as q: "
-                          "the transposed scores)", "q/k swapped", spec, _swapped(weights, "q", "k"))
-    biases = [k for k in ("q_bias", "k_bias", "v_bias", "o_bias") if k in weights]
-    if biases and any(bool(weights[k].detach().any()) for k in biases):
+        yield _Hypothesis("queries and keys swapped (q_weight used as k and k_weight as q: the "
+                          "transposed scores)", "q/k swapped", spec, _swapped(weights, "q", "k"))
+    if any(bool(v.detach().any()) for k, v in weights.items() if k.endswith("_bias")):
         yield _Hypothesis("the projections' biases never added (exported, but unused in "
-                          "forward)", "biases unused", spec, {k: v for k, v in weights.items()
-                                             if not k.endswith("_bias")})
-    square = all(weights[k].dim() == 2 and weights[k].size(0) == weights[k].size(1)
-                 for k in ("q_weight", "k_weight", "v_weight", "o_weight"))
-    if square:
+                          "forward)", "biases unused", spec,
+                          {k: v for k, v in weights.items() if not k.endswith("_bias")})
+    projections = [f"{n}_weight" for n in "qkvo"]
+    if all(weights[k].dim() == 2 and weights[k].size(0) == weights[k].size(1)
+           for k in projections):
         yield _Hypothesis("export_weights handing out weight.T (the x @ W layout, not "
                           "nn.Linear's (out, in))", "weights transposed", spec,
-                          {k: v.T if k.endswith("_weight") else v for k, v in weights.items()})
+                          {k: v.T if k in projections else v for k, v in weights.items()})
 
 
 def _raw_scores(q: Tensor, k: Tensor, spec: AttentionSpec) -> Tensor:
