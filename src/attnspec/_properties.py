@@ -13,6 +13,7 @@ than one pair of identical calls.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -542,10 +543,23 @@ def check_finite(ctx: Context, ex: Example) -> Outcome:
     return Outcome(PASS)
 
 
+# Exported magnitudes beyond this are no trained or initialised weight: torch.empty's garbage.
+_UNINITIALISED = 1e6
+
+
 def _checked_weights(result: Mapping[str, Any], ex: Example) -> dict[str, Tensor]:
+    """The exported weights, checked against the spec: its keys (`weight_shapes`, the authority),
+    their shapes, the declared bias, and values that an initialised parameter has."""
     weights: dict[str, Tensor] = result["weights"]
     spec = ex.attention
     shapes = spec.weight_shapes()
+    unknown = [k for k in [*result.get("unknown", ()), *weights] if k not in shapes]
+    if unknown:
+        hints = "".join(f" ({k!r}: did you mean {g[0]!r}?)" for k in unknown
+                        if (g := difflib.get_close_matches(k, list(shapes), n=1)))
+        raise SubjectFault(f"export_weights returned {', '.join(map(repr, unknown))}, which "
+                           f"{'is' if len(unknown) == 1 else 'are'} no weight of this spec"
+                           f"{hints}; the keys are {', '.join(shapes)}.")
     for key, value in weights.items():
         want = shapes.get(key)
         if tuple(value.shape) != want:
@@ -554,6 +568,35 @@ def _checked_weights(result: Mapping[str, Any], ex: Example) -> dict[str, Tensor
                     "k and v (G·D, C), o (C, H·D)")
             raise SubjectFault(f"export_weights: {key} is {tuple(value.shape)}, but must be "
                                f"{want} ({what}, nn.Linear layout).")
+    if ex.spec is not None:  # protocol v2 declares its biases; v1's are optional
+        biases = [k for k in shapes if k.endswith("_bias")]
+        missing = [k for k in biases if k not in weights]
+        present = [k for k in biases if k in weights]
+        if spec.bias and missing:
+            raise SubjectFault(
+                f"export_weights has no {', '.join(missing)}, but the spec declares bias=True "
+                f"(q, k, v and o each have a bias): export {'it' if len(missing) == 1 else 'them'}"
+                " (a zero tensor where the layer has none, as Qwen2's o_proj), or declare "
+                "bias=False (VARIANTS {'bias': [False]}) if the module has no biases.")
+        if not spec.bias and present:
+            raise SubjectFault(
+                f"export_weights has {', '.join(present)}, but the spec declares bias=False: "
+                "build the module without biases when spec.bias is False (nn.Linear(..., "
+                "bias=spec.bias)), or let VARIANTS say which biases it supports.")
+    for key, value in weights.items():
+        value = value.detach()
+        bad = ~torch.isfinite(value)
+        big = float(value.abs().masked_fill(bad, 0).max()) if value.numel() else 0.0
+        if bool(bad.any()) or big > _UNINITIALISED:
+            index = tuple(int(i) for i in (bad if bool(bad.any()) else
+                                           value.abs() > _UNINITIALISED).nonzero()[0])
+            found = (f"{int(bad.sum())} non-finite values (first {float(value[index]):g} at "
+                     f"index {index})" if bool(bad.any()) else
+                     f"magnitudes up to {big:.3g} (at index {index}), beyond {_UNINITIALISED:g}")
+            raise SubjectFault(f"export_weights: {key} has {found}: the parameter is probably "
+                               "left uninitialised (torch.empty, or a module built on the meta "
+                               "device), or a load failed; initialise it in build "
+                               "(reset_parameters() or nn.init).")
     return weights
 
 
