@@ -1344,6 +1344,35 @@ def _rank_fault(answers: Sequence[Mapping[str, Any]]) -> str | None:
     return f"ranks failed in a collective that others left ({failed})."
 
 
+def _blamed(key: str, first: int, outs: Sequence[Tensor], want: Tensor,
+            weights: Mapping[str, Tensor] | None, ex: Example, err: float) -> tuple[int, str]:
+    """The rank to name for a sharded result off by `err`, and why: under tensor parallelism
+    the ranks all-reduce, so where all return the same result the first one off says nothing.
+    The output's error is then mapped back through o's columns onto the heads (rank r holds
+    heads r·H/W ..), given the exported weights; d/dx's cannot be, so no rank is named."""
+    if first < 0 or len(outs) < 2:
+        return first, ""  # positions (CP) name their owner already
+    spread = max(tol.max_abs_diff(o, outs[0])[0] for o in outs[1:])
+    if spread * 10 > err:
+        return first, ""  # the ranks differ by as much: the first one off is the one to name
+    W, spec = len(outs), ex.attention
+    same = " Every rank returns this same result (the ranks' outputs are all-reduced)"
+    if key != "out" or weights is None:
+        return -1, (f"{same}; which rank's heads are wrong cannot be told from "
+                    + ("d/dx." if key != "out" else "it without export_weights."))
+    o = weights["o_weight"].detach().to(torch.float64).cpu()  # (C, H·D)
+    delta = (outs[0].to(torch.float64) - want.to(torch.float64)).reshape(-1, o.size(0))
+    heads = torch.linalg.lstsq(o, delta.T).solution  # (H·D, N): each head's share, merged
+    energy = heads.reshape(W, -1).pow(2).sum(dim=1)
+    rank = int(energy.argmax())
+    part = float(energy[rank] / energy.sum().clamp_min(1e-300))
+    per = spec.n_head // W
+    held = f"head {rank}" if per == 1 else f"heads {rank * per}..{(rank + 1) * per - 1}"
+    return rank, (f"{same}, so the rank named is the one whose heads are wrong: mapped back "
+                  f"through o's columns, {part:.0%} of the error lies in query {held}, rank "
+                  f"{rank}'s.")
+
+
 def _sharded_yardsticks(ex: Example, x: Tensor, cotangent: Tensor, kind: str, layout: str,
                         weights: Mapping[str, Tensor] | None = None,
                         ) -> tuple[float, float, float, tuple[Tensor, Tensor]]:
@@ -1419,9 +1448,9 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
     golden: tuple[float, float, float, tuple[Tensor, Tensor]] | None = None
     try:
         *exported, mine = ctx.collect()
-        if exported:
-            golden = _sharded_yardsticks(ex, x, cotangent, kind, layout,
-                                         _checked_weights(exported[0], ex))
+        shared = _checked_weights(exported[0], ex) if exported else None
+        if shared is not None:
+            golden = _sharded_yardsticks(ex, x, cotangent, kind, layout, shared)
         own64 = None  # the subject's own float64 run: how far this dtype's rounding takes it
         if ex.dtype != "float64" and (claimed is None or "float64" in claimed):
             (own64,) = ctx.request(dataclasses.replace(ex, dtype="float64"), [
@@ -1505,18 +1534,24 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
     for key, what, yard in (("out", "the output", yards[0]),
                             ("grad_x", "d(output)/d(input)", yards[1])):
         own = own_error(mine[key], None if own64 is None else own64[key])
-        for r, got in assembled(key):
+        ranks = assembled(key)
+        for r, got in ranks:
             found = _close(what, got, mine[key], own, yard, ex)
             if found is not None:
-                return failure(what.capitalize() if key == "out" else what, r, found)
+                r, why = _blamed(key, r, [t for _, t in ranks], mine[key], shared, ex, found[0])
+                wrong = failure(what.capitalize() if key == "out" else what, r, found)
+                wrong.message += why
+                return wrong
     if golden is not None:
         for key, what, yard, want in (("out", "the output", golden[0], golden[3][0]),
                                       ("grad_x", "d(output)/d(input)", golden[1], golden[3][1])):
-            for r, got in assembled(key):
+            ranks = assembled(key)
+            for r, got in ranks:
                 err, index = tol.max_abs_diff(got, want)
                 allowed = tol.allowed(yard, ex.dtype, float(want.abs().max()))
                 if err > allowed:
                     beside = tol.max_abs_diff(mine[key], want)[0]
+                    r, why = _blamed(key, r, [t for _, t in ranks], want, shared, ex, err)
                     wrong = failure(what.capitalize() if key == "out" else what, r,
                                     (err, allowed, index))
                     wrong.message = (
@@ -1527,7 +1562,7 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
                         "unsharded module's run made beside the ranks"
                         + (f" (itself {beside:.3g} off)" if beside > allowed else "")
                         + ": a sharded result must be attention's, whatever the unsharded "
-                        "module gives while the ranks run.")
+                        "module gives while the ranks run." + why)
                     return wrong
     notes: list[str] = []
     for name, want in mine["params"].items():
