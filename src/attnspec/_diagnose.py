@@ -12,8 +12,10 @@ milliseconds (docs/design.md §4, `oracle`).
 2. it is at least `GAIN` (10) times closer to the output than the declared spec is, so that a
    failure just past the allowance is not "explained" by a change that barely moves the output.
 
-Among the hypotheses that explain it, the closest is named. When none does, the sentence lists
-those tried; the continuous score-scale fit is then reported as the nearest, if it meets (2).
+The hypotheses are tried in a fixed order, the commonest mistakes first, and the first that
+explains the output is named (two that both explain it are alike on this input). When none
+does, the sentence lists those tried, and a golden-section fit of the score scale is reported
+as the nearest if it meets (2).
 """
 
 from __future__ import annotations
@@ -267,18 +269,18 @@ def diagnose(out: Tensor, x: Tensor, weights: Mapping[str, Tensor], spec: Attent
 
     declared = _Hypothesis("the declared spec", "declared", spec, w64)
     declared_err = error(declared)
-    tried = [(error(h), h) for h in _hypotheses(spec, w64, x.size(1), plain)]
-    for err, h in sorted(tried, key=lambda pair: pair[0]):
+    tried = []
+    for h in _hypotheses(spec, w64, x.size(1), plain):  # the likeliest first: stop at a fit
+        err = error(h)
+        tried.append(h)
         allowed = explains(h, err)
         if allowed is not None:
             return (f"Diagnosis: {h.label} explains the output (max|subject - that| = "
                     f"{err:.3g}, within {allowed:.3g}; the declared spec is {declared_err:.3g} "
                     "off).")
-        if err * GAIN > declared_err:
-            break  # the rest are farther still
     fitted, fit_err = _fit_scale(spec, lambda s: error(dataclasses.replace(
         declared, spec=dataclasses.replace(spec, scale=s))))
-    names = ", ".join(h.short for _, h in tried)
+    names = ", ".join(h.short for h in tried)
     closest = ""
     if fit_err * GAIN <= declared_err:
         closest = (f" The nearest is a score scale of about {fitted:.4g} (declared "
