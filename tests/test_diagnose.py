@@ -93,6 +93,20 @@ def test_each_twin_is_diagnosed(name: str, spec: AttentionSpec | None, says: str
     assert "explains the output" in sentence, sentence
 
 
+def test_with_one_key_per_query_the_keys_sharing_is_not_claimed() -> None:
+    twin = _load("gqa_tiled")
+    spec = AttentionSpec(16, 4, n_kv_head=2)
+    torch.manual_seed(0)
+    module = twin.build(spec).eval()
+    x = torch.randn(3, 1, 16)
+    with torch.no_grad():
+        out = module(x)
+    weights = {k: v.detach() for k, v in twin.export_weights(module).items()}
+    sentence = diagnose(out, x, weights, spec, "float32", 1.0)
+    assert "values tiled (h % G), the kv head the keys come from not showing" in sentence, \
+        sentence
+
+
 def test_a_diagnosis_holds_in_bfloat16() -> None:
     sentence = _diagnosis("scale_by_head_dim", None, torch.bfloat16)
     assert "the score scale 0.125 = 1/D" in sentence, sentence

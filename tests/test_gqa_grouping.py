@@ -118,3 +118,13 @@ def test_keys_or_values_tiled_alone_is_named(twin: str, which: str) -> None:
     assert f"the {which} tiled (repeat)" in outcome.message, outcome.message
     other = {"values": "keys", "keys": "values"}.get(which)
     assert (f"while the {other} are grouped as declared" in outcome.message) == bool(other)
+
+
+@pytest.mark.parametrize("twin", ["gqa_values_tiled", "gqa_tiled"])
+def test_with_one_key_per_query_the_keys_sharing_is_not_claimed(twin: str) -> None:
+    # T=1: every query sees only its own key, so which kv head the keys come from cannot show.
+    subject = InProcess(str(Path(__file__).parent / "broken" / f"{twin}.py"))
+    outcome = check_gqa_grouping(Context(subject), _example(SPECS[0], T=1))
+    assert outcome.kind == "fail", outcome
+    assert "reading the values of kv heads [0, 1, 0, 1]" in outcome.message, outcome.message
+    assert "which kv head the keys come from does not show" in outcome.message, outcome.message

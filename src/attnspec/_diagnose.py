@@ -274,6 +274,13 @@ def diagnose(out: Tensor, x: Tensor, weights: Mapping[str, Tensor], spec: Attent
         err = error(h)
         tried.append(h)
         allowed = explains(h, err)
+        if allowed is not None and h.short == "k/v tiled":
+            alone = next(v for v in _hypotheses(spec, w64, x.size(1), False)
+                         if v.short == "v tiled")
+            if explains(alone, error(alone)) is not None:  # the keys leave no trace here
+                h = dataclasses.replace(h, label="values tiled (h % G), the kv head the keys "
+                                        "come from not showing on this input (each query sees "
+                                        "a single key)")
         if allowed is not None:
             return (f"Diagnosis: {h.label} explains the output (max|subject - that| = "
                     f"{err:.3g}, within {allowed:.3g}; the declared spec is {declared_err:.3g} "

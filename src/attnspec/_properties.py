@@ -1170,23 +1170,30 @@ def check_gqa_grouping(ctx: Context, ex: Example) -> Outcome:
         return Outcome(PASS)
     tiled = [h % G for h in range(H)]
     x64, w64 = x.to(torch.float64), _cast(weights, torch.float64, "cpu")
+    matches = []
     for k_reads, v_reads in ((tiled, tiled), (declared, tiled), (tiled, declared)):
         # The common mistakes first, keys and values apart: one of them may be tiled alone.
         grouped, mha = grouped_weights(w64, spec, k_reads, v_reads)
         err, index = tol.max_abs_diff(out, _oracle(x64, grouped, dataclasses.replace(
             ex, spec=mha)))
         if err <= allowed:
-            which = ("keys and values" if k_reads == v_reads else
-                     "values" if v_reads == tiled else "keys")
-            rest = ("" if k_reads == v_reads else
-                    f", while the {'keys' if which == 'values' else 'values'} are grouped as "
-                    "declared (h // (H / G))")
-            return _fail(f"with H={H} query heads on G={G} kv heads, query head h must read kv "
-                         f"head h // (H / G) = h // {H // G} (repeat_interleave), but the "
-                         f"subject's output is the reference's with query heads reading the "
-                         f"{which} of kv heads {tiled} (matched to {err:.3g}, allowed "
-                         f"{allowed:.3g}): that is h % G, the {which} tiled (repeat) instead of "
-                         f"repeated in place{rest}.", err, allowed, index)
+            matches.append((k_reads, v_reads, err, index))
+    if matches:
+        k_reads, v_reads, err, index = matches[0]
+        which = ("keys and values" if k_reads == v_reads else
+                 "values" if v_reads == tiled else "keys")
+        rest = ("" if k_reads == v_reads else
+                f", while the {'keys' if which == 'values' else 'values'} are grouped as "
+                "declared (h // (H / G))")
+        if len(matches) > 1:  # values tiled, keys either way: the keys leave no trace here
+            which, rest = "values", (", and which kv head the keys come from does not show on "
+                                     "this input (each query sees a single key)")
+        return _fail(f"with H={H} query heads on G={G} kv heads, query head h must read kv "
+                     f"head h // (H / G) = h // {H // G} (repeat_interleave), but the "
+                     f"subject's output is the reference's with query heads reading the "
+                     f"{which} of kv heads {tiled} (matched to {err:.3g}, allowed "
+                     f"{allowed:.3g}): that is h % G, the {which} tiled (repeat) instead of "
+                     f"repeated in place{rest}.", err, allowed, index)
     shares = _head_contributions(x, weights, spec)  # (H, G, B, T, C)
     target = out.to(torch.float64)
     if "o_bias" in weights:
