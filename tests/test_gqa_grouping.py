@@ -104,3 +104,27 @@ def test_the_engine_says_why_it_draws_no_grouped_spec() -> None:
                              max_examples=3, database=False)
     result = report.result("gqa_grouping")
     assert result.verdict == "skip" and "protocol 1" in (result.message or ""), result
+
+
+@pytest.mark.parametrize(("twin", "which"), [("gqa_values_tiled", "values"),
+                                             ("gqa_keys_tiled", "keys"),
+                                             ("gqa_tiled", "keys and values")])
+def test_keys_or_values_tiled_alone_is_named(twin: str, which: str) -> None:
+    spec = SPECS[2]  # H=8 on G=4, RoPE and a window
+    subject = InProcess(str(Path(__file__).parent / "broken" / f"{twin}.py"))
+    outcome = check_gqa_grouping(Context(subject), _example(spec))
+    assert outcome.kind == "fail", outcome
+    assert f"reading the {which} of kv heads {[h % 4 for h in range(8)]}" in outcome.message
+    assert f"the {which} tiled (repeat)" in outcome.message, outcome.message
+    other = {"values": "keys", "keys": "values"}.get(which)
+    assert (f"while the {other} are grouped as declared" in outcome.message) == bool(other)
+
+
+@pytest.mark.parametrize("twin", ["gqa_values_tiled", "gqa_tiled"])
+def test_with_one_key_per_query_the_keys_sharing_is_not_claimed(twin: str) -> None:
+    # T=1: every query sees only its own key, so which kv head the keys come from cannot show.
+    subject = InProcess(str(Path(__file__).parent / "broken" / f"{twin}.py"))
+    outcome = check_gqa_grouping(Context(subject), _example(SPECS[0], T=1))
+    assert outcome.kind == "fail", outcome
+    assert "reading the values of kv heads [0, 1, 0, 1]" in outcome.message, outcome.message
+    assert "which kv head the keys come from does not show" in outcome.message, outcome.message

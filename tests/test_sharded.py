@@ -274,3 +274,34 @@ def test_the_verdict_table_names_the_world_and_the_rank() -> None:
     assert _short(ce, {"b": 0, "t": 3, "c": 1, "rank": 1}).endswith(
         "float32 cpu world=2 rank 1")
     assert "world" not in _short(Example(B=1, T=8, C=8, H=2).to_json(), None)
+
+
+ALIBI_RANK_0 = HERE / "broken" / "tp_alibi_slopes_of_rank_0.py"
+
+
+@pytest.mark.slow
+def test_tp_names_the_rank_whose_heads_are_wrong_not_the_first_all_reduced_one() -> None:
+    # Every rank returns the same all-reduced output; only rank 1's head has the wrong slope.
+    from attnspec import ALiBi
+
+    ex = Example(B=1, T=4, C=8, H=2, seed=5, spec=AttentionSpec(8, 2, positions=ALiBi()),
+                 world=2)
+    with Session(str(ALIBI_RANK_0), RunOptions(world_sizes=(2,)), isolate=False) as session:
+        tp = session.replay("tp_equivalence", ex)
+    assert tp.verdict == "fail" and tp.message.startswith("The output on rank 1 of 2"), tp
+    assert "100% of the error lies in query head 1, rank 1's." in tp.message, tp.message
+    assert tp.where is not None and tp.where["rank"] == 1, tp.where
+
+
+def test_an_all_reduced_error_is_pinned_on_no_rank_without_the_weights() -> None:
+    from attnspec._properties import _blamed
+
+    ex = Example(B=1, T=2, C=4, H=2, spec=AttentionSpec(4, 2), world=2)
+    want = torch.zeros(1, 2, 4)
+    off = torch.ones(1, 2, 4)
+    rank, why = _blamed("out", 0, [off, off.clone()], want, None, ex, 1.0)
+    assert rank == -1 and "cannot be told from it without export_weights" in why, why
+    rank, why = _blamed("grad_x", 0, [off, off.clone()], want, None, ex, 1.0)
+    assert rank == -1 and "cannot be told from d/dx" in why, why
+    # Ranks that differ by as much as the error: the first one off is the one to name.
+    assert _blamed("out", 1, [want, off], want, None, ex, 1.0) == (1, "")

@@ -123,6 +123,10 @@ class _Result:
                 raise BadAnswer(f"{self.what} has weights {sorted(weights)}, not "
                                 f"{', '.join(WEIGHT_KEYS)} and optional biases and spec "
                                 "extras.")
+            unknown = self.plain("unknown", list, optional=True)
+            if unknown is not None and not all(isinstance(k, str) for k in unknown):
+                raise BadAnswer(f"{self.what} has 'unknown' {_shown(unknown)}, not a list of "
+                                "key names.")
             connected = self.plain("connected", list)
             if not all(isinstance(k, str) and k in weights for k in connected):
                 raise BadAnswer(f"{self.what} has 'connected' {_shown(connected)}, not a list "

@@ -9,6 +9,7 @@ attnspec in its own process changes only its own outputs, never a verdict.
 
 from __future__ import annotations
 
+import difflib
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ _SMALL = 4096  # elements any output may have, however small its input
 _PARAMS = 64  # parameter gradients: 64 x C² + 2^20 elements in all (the reference has 4 x C²)
 _HEADER = 1 << 22  # bytes for the JSON header: messages, parameter names, shapes
 _ITEM = 8  # bytes per element of the widest dtype sent, float64
+_UNKNOWN_KEYS = 16  # export keys outside the protocol's named back, each cut to 100 characters
 
 
 class _Fault(Exception):
@@ -394,8 +396,10 @@ def _parameters(module: torch.nn.Module) -> list[tuple[str, Tensor]]:
         (n, p) for n, p in module.named_parameters() if isinstance(p, Tensor) and p.requires_grad])
 
 
-def _export(subject: Subject, module: torch.nn.Module) -> dict[str, Tensor]:
-    """The exported tensors, still attached to the module (for pullbacks)."""
+def _export(subject: Subject, module: torch.nn.Module,
+            unknown: list[str] | None = None) -> dict[str, Tensor]:
+    """The exported tensors, still attached to the module (for pullbacks); the names of keys
+    outside the protocol's are added to `unknown` (the runner names them against the spec)."""
     if subject.export_weights is None:
         raise _Fault("the subject has no export_weights")
     exported = _call("export_weights raised", subject.export_weights, module)
@@ -403,6 +407,8 @@ def _export(subject: Subject, module: torch.nn.Module) -> dict[str, Tensor]:
         raise _Fault(f"export_weights returned {type(exported).__name__}, not a mapping of "
                      f"{', '.join(WEIGHT_KEYS)} to tensors.")
     weights = _call("iterating export_weights' mapping raised", lambda: dict(exported.items()))
+    if unknown is not None:
+        unknown += sorted(str(k)[:100] for k in weights if k not in (*WEIGHT_KEYS, *BIAS_KEYS))
     return _call("reading export_weights' mapping raised", _exported, weights)
 
 
@@ -411,7 +417,13 @@ def _exported(weights: dict[Any, Any]) -> dict[str, Tensor]:
     missing = [k for k in WEIGHT_KEYS if k not in weights]
     if missing:
         keys = sorted(map(str, weights))
-        raise _Fault(f"export_weights returned keys {keys}; missing {', '.join(missing)}.")
+        # A misspelt key is missing under its own name: say which of the others it may be.
+        odd = [k for k in keys if k not in (*WEIGHT_KEYS, *BIAS_KEYS)]
+        guess = {k: difflib.get_close_matches(k, missing, n=1) for k in odd}
+        typos = "".join(f" {k!r} is no key of the protocol's; did you mean {g[0]!r}?"
+                        for k, g in guess.items() if g)
+        raise _Fault(f"export_weights returned keys {keys}; missing {', '.join(missing)}."
+                     + typos)
     out = {}
     for key in (*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS):
         value = weights.get(key)
@@ -512,10 +524,12 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
                                               lambda g=g: _plain(g)))
         return {**shared, "params": gathered, "param_layout": layouts}
     if op == "export":
-        weights = _export(state.subject, module)
+        unknown: list[str] = []
+        weights = _export(state.subject, module, unknown)
         return {"weights": {k: _sendable(f"export_weights' {k}", v,
                                          tensor_limit(state.n_embd * state.n_embd))
                             for k, v in weights.items()},
+                "unknown": unknown[:_UNKNOWN_KEYS],
                 "connected": _call("reading export_weights' requires_grad raised", lambda: [
                     k for k, v in weights.items() if v.requires_grad])}
     if op == "pullback":  # the reference's weight gradients, mapped onto the parameters

@@ -13,6 +13,7 @@ than one pair of identical calls.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from torch import Tensor
 
 from . import _tolerance as tol
 from ._answers import BadAnswer, check_kind, check_results
+from ._diagnose import diagnose, grouped_weights
 from ._execute import vjp
 from ._inference import (
     attend_at,
@@ -653,10 +655,23 @@ def check_finite(ctx: Context, ex: Example) -> Outcome:
     return Outcome(PASS)
 
 
+# Exported magnitudes beyond this are no trained or initialised weight: torch.empty's garbage.
+_UNINITIALISED = 1e6
+
+
 def _checked_weights(result: Mapping[str, Any], ex: Example) -> dict[str, Tensor]:
+    """The exported weights, checked against the spec: its keys (`weight_shapes`, the authority),
+    their shapes, the declared bias, and values that an initialised parameter has."""
     weights: dict[str, Tensor] = result["weights"]
     spec = ex.attention
     shapes = spec.weight_shapes()
+    unknown = [k for k in [*result.get("unknown", ()), *weights] if k not in shapes]
+    if unknown:
+        hints = "".join(f" ({k!r}: did you mean {g[0]!r}?)" for k in unknown
+                        if (g := difflib.get_close_matches(k, list(shapes), n=1)))
+        raise SubjectFault(f"export_weights returned {', '.join(map(repr, unknown))}, which "
+                           f"{'is' if len(unknown) == 1 else 'are'} no weight of this spec"
+                           f"{hints}; the keys are {', '.join(shapes)}.")
     missing = [key for key in spec.required_weights() if key not in weights]
     if missing:
         raise SubjectFault(f"export_weights gave no {', '.join(missing)} (keys: "
@@ -670,6 +685,35 @@ def _checked_weights(result: Mapping[str, Any], ex: Example) -> dict[str, Tensor
                     "k and v (G·D, C), o (C, H·D)")
             raise SubjectFault(f"export_weights: {key} is {tuple(value.shape)}, but must be "
                                f"{want} ({what}, nn.Linear layout).")
+    if ex.spec is not None:  # protocol v2 declares its biases; v1's are optional
+        biases = [f"{n}_bias" for n in "qkvo"]  # the projections' (a LayerNorm's are its own)
+        missing = [k for k in biases if k not in weights]
+        present = [k for k in biases if k in weights]
+        if spec.bias and missing:
+            raise SubjectFault(
+                f"export_weights has no {', '.join(missing)}, but the spec declares bias=True "
+                f"(q, k, v and o each have a bias): export {'it' if len(missing) == 1 else 'them'}"
+                " (a zero tensor where the layer has none, as Qwen2's o_proj), or declare "
+                "bias=False (VARIANTS {'bias': [False]}) if the module has no biases.")
+        if not spec.bias and present:
+            raise SubjectFault(
+                f"export_weights has {', '.join(present)}, but the spec declares bias=False: "
+                "build the module without biases when spec.bias is False (nn.Linear(..., "
+                "bias=spec.bias)), or let VARIANTS say which biases it supports.")
+    for key, value in weights.items():
+        value = value.detach()
+        bad = ~torch.isfinite(value)
+        big = float(value.abs().masked_fill(bad, 0).max()) if value.numel() else 0.0
+        if bool(bad.any()) or big > _UNINITIALISED:
+            index = tuple(int(i) for i in (bad if bool(bad.any()) else
+                                           value.abs() > _UNINITIALISED).nonzero()[0])
+            found = (f"{int(bad.sum())} non-finite values (first {float(value[index]):g} at "
+                     f"index {index})" if bool(bad.any()) else
+                     f"magnitudes up to {big:.3g} (at index {index}), beyond {_UNINITIALISED:g}")
+            raise SubjectFault(f"export_weights: {key} has {found}: the parameter is probably "
+                               "left uninitialised (torch.empty, or a module built on the meta "
+                               "device), or a load failed; initialise it in build "
+                               "(reset_parameters() or nn.init).")
     return weights
 
 
@@ -687,7 +731,9 @@ def check_oracle(ctx: Context, ex: Example) -> Outcome:
     if err > allowed:
         precision = _only_float32_accurate(ex, err, lambda: tol.max_abs_diff(
             _reference(x, weights, ex, torch.float32), golden)[0], scale)
-        why = f": {precision}" if precision else "."
+        # float64 rounded as float32 is cause enough; otherwise, which common mistake it is
+        why = (f": {precision}" if precision else
+               ". " + diagnose(out, x, weights, ex.attention, ex.dtype, scale))
         return _fail(f"max|subject - reference| = {err:.3g}, allowed {allowed:.3g} "
                      f"({tol.K:g} x the reference's own {ex.dtype} error {yard:.3g} + floor)"
                      f"{_at(index)}{why}", err, allowed, index)
@@ -1358,6 +1404,32 @@ def check_gqa_grouping(ctx: Context, ex: Example) -> Outcome:
     allowed = tol.allowed(yard, ex.dtype, float(golden.abs().max()))
     if tol.max_abs_diff(out, golden)[0] <= allowed:
         return Outcome(PASS)
+    tiled = [h % G for h in range(H)]
+    x64, w64 = x.to(torch.float64), _cast(weights, torch.float64, "cpu")
+    matches = []
+    for k_reads, v_reads in ((tiled, tiled), (declared, tiled), (tiled, declared)):
+        # The common mistakes first, keys and values apart: one of them may be tiled alone.
+        grouped, mha = grouped_weights(w64, spec, k_reads, v_reads)
+        err, index = tol.max_abs_diff(out, _oracle(x64, grouped, dataclasses.replace(
+            ex, spec=mha)))
+        if err <= allowed:
+            matches.append((k_reads, v_reads, err, index))
+    if matches:
+        k_reads, v_reads, err, index = matches[0]
+        which = ("keys and values" if k_reads == v_reads else
+                 "values" if v_reads == tiled else "keys")
+        rest = ("" if k_reads == v_reads else
+                f", while the {'keys' if which == 'values' else 'values'} are grouped as "
+                "declared (h // (H / G))")
+        if len(matches) > 1:  # values tiled, keys either way: the keys leave no trace here
+            which, rest = "values", (", and which kv head the keys come from does not show on "
+                                     "this input (each query sees a single key)")
+        return _fail(f"with H={H} query heads on G={G} kv heads, query head h must read kv "
+                     f"head h // (H / G) = h // {H // G} (repeat_interleave), but the "
+                     f"subject's output is the reference's with query heads reading the "
+                     f"{which} of kv heads {tiled} (matched to {err:.3g}, allowed "
+                     f"{allowed:.3g}): that is h % G, the {which} tiled (repeat) instead of "
+                     f"repeated in place{rest}.", err, allowed, index)
     shares = _head_contributions(x, weights, spec)  # (H, G, B, T, C)
     target = out.to(torch.float64)
     if "o_bias" in weights:
@@ -1377,14 +1449,11 @@ def check_gqa_grouping(ctx: Context, ex: Example) -> Outcome:
         return Outcome(PASS, notes=["the output fits no assignment of query heads to kv heads "
                                     "(see oracle)"])
     wrong = [h for h in range(H) if reads[h] != declared[h]]
-    tiled = reads == [h % G for h in range(H)]
     shown = ", ".join(f"{h} -> {reads[h]} (not {declared[h]})" for h in wrong[:6])
     return _fail(f"with H={H} query heads on G={G} kv heads, query head h must read kv head "
                  f"h // (H / G) = h // {H // G} (repeat_interleave), but the subject's output "
                  f"is the reference's with query heads reading kv heads {reads} (matched to "
-                 f"{err:.3g}, allowed {allowed:.3g}): {shown}"
-                 + ("; that is h % G, the kv heads tiled (repeat) instead of repeated in place."
-                    if tiled else "."), err, allowed, index)
+                 f"{err:.3g}, allowed {allowed:.3g}): {shown}.", err, allowed, index)
 
 
 # Offsets the shifted hook is asked for: small ones, and ones past the lengths drawn.
@@ -1550,6 +1619,35 @@ def _rank_fault(answers: Sequence[Mapping[str, Any]]) -> str | None:
     return f"ranks failed in a collective that others left ({failed})."
 
 
+def _blamed(key: str, first: int, outs: Sequence[Tensor], want: Tensor,
+            weights: Mapping[str, Tensor] | None, ex: Example, err: float) -> tuple[int, str]:
+    """The rank to name for a sharded result off by `err`, and why: under tensor parallelism
+    the ranks all-reduce, so where all return the same result the first one off says nothing.
+    The output's error is then mapped back through o's columns onto the heads (rank r holds
+    heads r·H/W ..), given the exported weights; d/dx's cannot be, so no rank is named."""
+    if first < 0 or len(outs) < 2:
+        return first, ""  # positions (CP) name their owner already
+    spread = max(tol.max_abs_diff(o, outs[0])[0] for o in outs[1:])
+    if spread * 10 > err:
+        return first, ""  # the ranks differ by as much: the first one off is the one to name
+    W, spec = len(outs), ex.attention
+    same = " Every rank returns this same result (the ranks' outputs are all-reduced)"
+    if key != "out" or weights is None:
+        return -1, (f"{same}; which rank's heads are wrong cannot be told from "
+                    + ("d/dx." if key != "out" else "it without export_weights."))
+    o = weights["o_weight"].detach().to(torch.float64).cpu()  # (C, H·D)
+    delta = (outs[0].to(torch.float64) - want.to(torch.float64)).reshape(-1, o.size(0))
+    heads = torch.linalg.lstsq(o, delta.T).solution  # (H·D, N): each head's share, merged
+    energy = heads.reshape(W, -1).pow(2).sum(dim=1)
+    rank = int(energy.argmax())
+    part = float(energy[rank] / energy.sum().clamp_min(1e-300))
+    per = spec.n_head // W
+    held = f"head {rank}" if per == 1 else f"heads {rank * per}..{(rank + 1) * per - 1}"
+    return rank, (f"{same}, so the rank named is the one whose heads are wrong: mapped back "
+                  f"through o's columns, {part:.0%} of the error lies in query {held}, rank "
+                  f"{rank}'s.")
+
+
 def _sharded_yardsticks(ex: Example, x: Tensor, cotangent: Tensor, kind: str, layout: str,
                         weights: Mapping[str, Tensor] | None = None,
                         ) -> tuple[float, float, float, tuple[Tensor, Tensor]]:
@@ -1637,9 +1735,9 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
     golden: tuple[float, float, float, tuple[Tensor, Tensor]] | None = None
     try:
         *exported, mine = ctx.collect()
-        if exported:
-            golden = _sharded_yardsticks(ex, x, cotangent, kind, layout,
-                                         _checked_weights(exported[0], ex))
+        shared = _checked_weights(exported[0], ex) if exported else None
+        if shared is not None:
+            golden = _sharded_yardsticks(ex, x, cotangent, kind, layout, shared)
         own64 = None  # the subject's own float64 run: how far this dtype's rounding takes it
         if ex.dtype != "float64" and (claimed is None or "float64" in claimed):
             (own64,) = ctx.request(dataclasses.replace(ex, dtype="float64"), [
@@ -1724,18 +1822,24 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
     for key, what, yard in (("out", "the output", yards[0]),
                             ("grad_x", "d(output)/d(input)", yards[1])):
         own = own_error(mine[key], None if own64 is None else own64[key])
-        for r, got in assembled(key):
+        ranks = assembled(key)
+        for r, got in ranks:
             found = _close(what, got, mine[key], own, yard, ex)
             if found is not None:
-                return failure(what.capitalize() if key == "out" else what, r, found)
+                r, why = _blamed(key, r, [t for _, t in ranks], mine[key], shared, ex, found[0])
+                wrong = failure(what.capitalize() if key == "out" else what, r, found)
+                wrong.message += why
+                return wrong
     if golden is not None:
         for key, what, yard, want in (("out", "the output", golden[0], golden[3][0]),
                                       ("grad_x", "d(output)/d(input)", golden[1], golden[3][1])):
-            for r, got in assembled(key):
+            ranks = assembled(key)
+            for r, got in ranks:
                 err, index = tol.max_abs_diff(got, want)
                 allowed = tol.allowed(yard, ex.dtype, float(want.abs().max()))
                 if err > allowed:
                     beside = tol.max_abs_diff(mine[key], want)[0]
+                    r, why = _blamed(key, r, [t for _, t in ranks], want, shared, ex, err)
                     wrong = failure(what.capitalize() if key == "out" else what, r,
                                     (err, allowed, index))
                     wrong.message = (
@@ -1746,7 +1850,7 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
                         "unsharded module's run made beside the ranks"
                         + (f" (itself {beside:.3g} off)" if beside > allowed else "")
                         + ": a sharded result must be attention's, whatever the unsharded "
-                        "module gives while the ranks run.")
+                        "module gives while the ranks run." + why)
                     return wrong
     notes: list[str] = []
     for name, want in mine["params"].items():
