@@ -408,7 +408,8 @@ def _export(subject: Subject, module: torch.nn.Module,
                      f"{', '.join(WEIGHT_KEYS)} to tensors.")
     weights = _call("iterating export_weights' mapping raised", lambda: dict(exported.items()))
     if unknown is not None:
-        unknown += sorted(str(k)[:100] for k in weights if k not in (*WEIGHT_KEYS, *BIAS_KEYS))
+        known = (*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS)
+        unknown += sorted(str(k)[:100] for k in weights if k not in known)
     return _call("reading export_weights' mapping raised", _exported, weights)
 
 
