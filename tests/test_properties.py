@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from attnspec import AttentionSpec, CausalSelfAttention, RoPE
+from attnspec import AttentionSpec, CausalSelfAttention, QKNorm, RoPE
 from attnspec import _tolerance as tol
 from attnspec._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
 from attnspec._wire import WireError, decode, encode
@@ -332,7 +332,9 @@ def test_every_property_passes_a_correct_attention_of_trained_size(
     monkeypatch.setenv("ATTNSPEC_TRAINED_FACTOR", factor)
     doubles = [InProcess(TRAINED), _without_export(TRAINED)]
     cases = [(2, 9, 16, 4, AttentionSpec(16, 4, n_kv_head=2, window=3, positions=RoPE()), 5.0),
-             (1, 7, 12, 2, AttentionSpec(12, 2, softcap=5.0, window=4), 1.0)]
+             (1, 7, 12, 2, AttentionSpec(12, 2, softcap=5.0, window=4), 1.0),
+             (2, 6, 16, 2, AttentionSpec(16, 2, qk_norm=QKNorm(), sinks=True,
+                                         positions=RoPE()), 3.0)]
     props = [p for p in PROPERTY_IDS if p not in ("device_agreement", "divisibility")
              and BY_ID[p].shards is None]
     for double in doubles:

@@ -36,9 +36,9 @@ from ._inference import (
     padded_decode_attention,
 )
 from ._reference import WEIGHT_KEYS, reference_attention
-from ._spec import AttentionSpec
+from ._spec import AttentionSpec, RoPE
 from ._subject import dtype_from_name
-from ._variants import _pipeline, extra_weights, spec_attention
+from ._variants import _pipeline, extra_weights, normed, spec_attention
 from ._worker import Executor
 
 if TYPE_CHECKING:
@@ -380,6 +380,11 @@ def logit_std(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec) -> 
         bias = weights.get(name + "_bias")
         out = torch.nn.functional.linear(x64, weights[name + "_weight"].double().cpu(),
                                          None if bias is None else bias.double().cpu())
+        if spec.qk_norm is not None:  # normalised q and k: their norms' weights set the size
+            norm_bias = weights.get(name + "_norm_bias")
+            out = normed(out, weights[name + "_norm_weight"].double().cpu(),
+                         None if norm_bias is None else norm_bias.double().cpu(), spec.qk_norm,
+                         spec.D)
         return out.view(B, T, n, spec.D).transpose(1, 2)
 
     q = heads("q", spec.n_head)
@@ -396,7 +401,10 @@ def _trained(weights: Mapping[str, Tensor], x: Tensor, spec: AttentionSpec,
     if not 0 < spread < TRAINED_LOGIT_STD:
         return None
     m = math.sqrt(TRAINED_LOGIT_STD / spread)
-    return {**weights, "q_weight": weights["q_weight"] * m, "k_weight": weights["k_weight"] * m}
+    # With q/k norms the projections' scale is normalised away: the norms' own weights count.
+    names = ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias") if (
+        spec.qk_norm is not None) else ("q_weight", "k_weight", "q_bias", "k_bias")
+    return {**weights, **{k: weights[k] * m for k in names if k in weights}}
 
 
 def _yardstick_weights(ctx: Context, ex: Example, x: Tensor,
@@ -415,7 +423,26 @@ def _yardstick_weights(ctx: Context, ex: Example, x: Tensor,
     return [base, *([trained] if trained is not None else [])], None
 
 
-_FEATURES = ("softcap", "window", "scale", "positions")
+_FEATURES = ("softcap", "window", "scale", "qk_norm", "sinks", "scaling", "positions")
+
+
+def _without(spec: AttentionSpec, name: str) -> tuple[str, AttentionSpec] | None:
+    """(what, the spec without that feature), or None where the spec has no such feature."""
+    value = getattr(spec.positions, "scaling", None) if name == "scaling" else getattr(
+        spec, name, None)
+    if value is None or value is False:
+        return None
+    if name == "scaling":
+        assert isinstance(spec.positions, RoPE)
+        return (f"the RoPE scaling ({type(value).__name__})",
+                dataclasses.replace(spec, positions=dataclasses.replace(spec.positions,
+                                                                        scaling=None)))
+    what = (f"the soft cap ({value:g})" if name == "softcap" else
+            f"the window ({value})" if name == "window" else
+            f"the custom scale ({value:g}; 1/sqrt(D) is used)" if name == "scale" else
+            f"the q/k norm ({value.kind})" if name == "qk_norm" else
+            "the attention sinks" if name == "sinks" else type(value).__name__)
+    return what, dataclasses.replace(spec, **{name: False if name == "sinks" else None})  # type: ignore[arg-type]
 
 
 def _dropped_feature(spec: AttentionSpec, out: Tensor, allowed: float, path: str,
@@ -424,17 +451,17 @@ def _dropped_feature(spec: AttentionSpec, out: Tensor, allowed: float, path: str
     (float64, the subject's weights) matches `out` by the rule; or that none does."""
     tried = []
     for name in _FEATURES:
-        value = getattr(spec, name)
-        if value is None:
+        try:
+            found = _without(spec, name)
+        except Exception:  # noqa: BLE001 (a spec without it may be no spec: not this one)
             continue
-        what = (f"the soft cap ({value:g})" if name == "softcap" else
-                f"the window ({value})" if name == "window" else
-                f"the custom scale ({value:g}; 1/sqrt(D) is used)" if name == "scale" else
-                type(value).__name__)
+        if found is None:
+            continue
+        what, spec_without = found
         tried.append(what)
         try:
-            alt = reference(dataclasses.replace(spec, **{name: None}))  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001 (a spec without it may be no spec: not this one)
+            alt = reference(spec_without)
+        except Exception:  # noqa: BLE001 (the reference may need what the spec dropped)
             continue
         if alt.shape == out.shape and tol.max_abs_diff(out, alt)[0] <= allowed:
             return f"the {path} path drops {what}: its outputs are the reference's without it"

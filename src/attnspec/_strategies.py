@@ -256,11 +256,15 @@ def specs(variants: Mapping[str, Any], *, max_seq: int, need_window: bool = Fals
         C = H * D
         if own_width and draw(st.booleans()):  # q and o widths H·D, unrelated to C
             head_dim, C = D, draw(st.integers(1, min(max_width, max(128, H * D))))
+        qk_norm = draw(qk_norm_st)
+        # A norm over fewer than 4 channels is no model's, and ill-conditioned: LayerNorm of 2
+        # gives +-1 whatever the input, its gradient 1 / (their difference).
+        assume(qk_norm is None or (D if qk_norm.per_head else min(H, G) * D) >= 4)
         try:
             return AttentionSpec(C, H, n_kv_head=None if G == H else G, head_dim=head_dim,
                                  window=draw(window_st), scale=draw(scale_st),
                                  softcap=draw(softcap_st), positions=positions,
-                                 bias=draw(bias_st), qk_norm=draw(qk_norm_st),
+                                 bias=draw(bias_st), qk_norm=qk_norm,
                                  sinks=draw(sinks_st))
         except ConfigError:  # a listed value that does not fit (n_kv_head not dividing H)
             assume(False)

@@ -3,6 +3,8 @@ with its q and k projections multiplied by a factor (ATTNSPEC_TRAINED_FACTOR at 
 default), so that logits q.k/sqrt(D) have a std of about 0.3 x factor^2 (5 at x4, 20 at x8)
 instead of attnspec's 0.3, and outputs rounded by batch position and by the input's alignment
 (batch_position_rounding.py).
+With q/k norms (Qwen3, Gemma-3) the projections' size is normalised away: the norms' weights
+are multiplied by sqrt(factor) instead (logits of std about 2 and 3 times larger).
 Trained models look like this: peaked softmax rows, rounding errors several times those of small
 random weights. Every property must pass it, in every dtype."""
 
@@ -33,7 +35,7 @@ from batch_position_rounding import nudge_by_position, nudge_if_unaligned  # noq
 
 EXPECTED: frozenset[str] = frozenset()
 VARIANTS = {name: "any" for name in ("n_kv_head", "head_dim", "window", "scale", "softcap",
-                                     "positions", "bias")}
+                                     "positions", "bias", "qk_norm", "sinks")}
 
 
 class TrainedScale(SpecAttn):
@@ -49,6 +51,9 @@ def build(spec: object) -> TrainedScale:
             linear.weight.mul_(factor)
             if linear.bias is not None:
                 linear.bias.mul_(factor)
+        for name in ("q_norm_weight", "k_norm_weight", "q_norm_bias", "k_norm_bias"):
+            if hasattr(module, name):  # RMS-normed q and k (Qwen3, Gemma-3): larger norm weights
+                getattr(module, name).mul_(factor ** 0.5)
     return module
 
 
