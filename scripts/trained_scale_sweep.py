@@ -29,7 +29,7 @@ from typing import Any
 DEFAULT_SUBJECTS = ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2", "variants",
                     "hf_llama", "hf_mistral", "hf_bloom", "sdpa_lower_right")
 
-WRAPPER = '''"""attnspec.subjects.{name} with q and k projections x {factor} (trained_scale_sweep)."""
+WRAPPER = '''"""attnspec.subjects.{name}, q and k projections x {factor} (trained_scale_sweep)."""
 import torch
 from attnspec.subjects import {name} as _base
 from attnspec.subjects.{name} import *  # noqa: F403  (PROTOCOL, VARIANTS, DTYPES, hooks...)
