@@ -12,11 +12,16 @@ so the export stays consistent; the wrapper checks that by exporting before and 
 
 Prints a markdown table (subject x factor: each property that does not pass, with measured vs
 allowed) and writes the per-run JSON reports next to it (--keep DIR).
+
+`verify` has no option to scale the inputs (only `finite` draws scales, 1 or 4); a replay
+JSON's `scale` does. `--input-scales 1,3,5` replays one fixed example per (subject, property,
+dtype) on the unwrapped built-ins at each input scale instead, and tabulates those verdicts.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import subprocess
 import sys
@@ -112,6 +117,68 @@ def cell(data: dict[str, Any]) -> str:
     return "<br>".join(parts)
 
 
+ROPE = {"kind": "rope", "theta": 10000.0, "fraction": 1.0, "interleaved": False}
+# One example spec each, inside what the subject supports; None: a protocol v1 subject.
+EXAMPLE_SPECS: dict[str, dict[str, Any] | None] = {
+    "reference": None, "reference_sdpa": None, "torch_mha": None, "sdpa": None, "hf_gpt2": None,
+    "variants": {"n_embd": 16, "n_head": 4, "n_kv_head": 2, "positions": ROPE},
+    "hf_llama": {"n_embd": 16, "n_head": 4, "n_kv_head": 2, "positions": ROPE},
+    "hf_mistral": {"n_embd": 16, "n_head": 4, "n_kv_head": 2, "positions": ROPE, "bias": False},
+    "hf_bloom": {"n_embd": 16, "n_head": 4, "positions": {"kind": "alibi"}},
+    "sdpa_lower_right": {"n_embd": 16, "n_head": 4, "n_kv_head": 2}}
+V1_PROPERTIES = ("oracle", "oracle_grad", "prefix")
+V2_PROPERTIES = V1_PROPERTIES + ("decode", "padding_invariance", "relative_position")
+
+
+def replay_sweep(args: argparse.Namespace, subjects: list[str], scales: list[float]) -> str:
+    rows = []
+    total = 0.0
+    dtypes = (args.dtype or "float32,bfloat16").split(",")
+    for name in subjects:
+        spec = EXAMPLE_SPECS.get(name)
+        base = importlib.import_module(f"attnspec.subjects.{name}")
+        hooks = {"decode": "decode", "padding_invariance": "padded", "relative_position": "shifted"}
+        props = [p for p in (V1_PROPERTIES if spec is None else V2_PROPERTIES)
+                 if (args.only is None or p in args.only.split(","))
+                 and hasattr(base, hooks.get(p, "build"))]
+        cells = []
+        for scale in scales:
+            bad = []
+            for prop in props:
+                if prop == "relative_position" and (spec or {}).get("positions") != ROPE:
+                    continue
+                for dtype in dtypes:
+                    example: dict[str, Any] = {"B": 2, "T": 9, "C": 16, "H": 4, "dtype": dtype,
+                                               "device": "cpu", "seed": args.seed,
+                                               "cuts": [1, 4, 7], "scale": scale}
+                    if spec is not None:
+                        example["spec"] = spec
+                    report = Path(tempfile.mkdtemp(prefix="attnspec-replay-")) / "r.json"
+                    command = [sys.executable, "-m", "attnspec", "verify",
+                               f"attnspec.subjects.{name}", "--only", prop, "--no-progress",
+                               "--no-database", "--report", str(report),
+                               "--replay", json.dumps(example)]
+                    start = time.monotonic()
+                    done = subprocess.run(command, capture_output=True, text=True)
+                    total += time.monotonic() - start
+                    if not report.exists():
+                        bad.append(f"{prop} {dtype}: ERROR {done.stderr[-100:]!r}")
+                        continue
+                    result = json.loads(report.read_text())
+                    for p in result["properties"]:
+                        if p["id"] == prop and p["verdict"] not in ("pass", "skip"):
+                            bad.append(f"**{prop}** {dtype} {p['verdict']}: "
+                                       f"{fmt(p.get('measured'))} vs {fmt(p.get('allowed'))}")
+            cells.append("<br>".join(bad) or "all pass")
+            print(f"{name} input x{scale}: {len(bad)} not passing", file=sys.stderr, flush=True)
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    head = [f"input x scale (replay JSON `scale`), one example per property and dtype: B=2 T=9 "
+            f"C=16 H=4 cuts [1, 4, 7], seed {args.seed}; {total:.0f} s in all", "",
+            "| subject | " + " | ".join(f"input x{s}" for s in scales) + " |",
+            "|---|" + "---|" * len(scales)]
+    return "\n".join(head + rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--subjects", default=",".join(DEFAULT_SUBJECTS))
@@ -127,8 +194,16 @@ def main() -> int:
     parser.add_argument("--max-heads", type=int, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="folder for TARGETs and reports")
     parser.add_argument("--out", type=Path, default=None, help="write the markdown table here")
+    parser.add_argument("--input-scales", default=None,
+                        help="replay fixed examples at these input scales instead (1,3,5)")
     args = parser.parse_args()
     subjects = [s for s in args.subjects.split(",") if s]
+    if args.input_scales:
+        table = replay_sweep(args, subjects, [float(f) for f in args.input_scales.split(",")])
+        print(table)
+        if args.out:
+            args.out.write_text(table + "\n")
+        return 0
     factors = [float(f) if "." in f else int(f) for f in args.factors.split(",") if f]
     folder = args.keep or Path(tempfile.mkdtemp(prefix="attnspec-sweep-"))
     folder.mkdir(parents=True, exist_ok=True)
