@@ -960,8 +960,12 @@ def check_decode(ctx: Context, ex: Example) -> Outcome:
         if own is not None:  # the decode path's oracle: the reference's own decode in float64
             own64 = weights_in(own, x.double())
             golden = spec_attention(x.double(), own64, spec)
-            path_yards = [tol.max_abs_diff(decode_attention(x, weights_in(own, x), spec, plan),
-                                           golden)[0] for plan in plans]
+            # As for shifted: the forward's own error and the decode discrepancy at once.
+            forward_yard = tol.max_abs_diff(spec_attention(x, weights_in(own, x), spec),
+                                            golden)[0]
+            path_yards = [max(tol.max_abs_diff(decode_attention(x, weights_in(own, x), spec,
+                                                                plan), golden)[0],
+                              forward_yard + y) for plan, y in zip(plans, yards, strict=True)]
     mine, theirs = ctx.collect_apart()
     (full,), decoded = _outputs([x], mine), [r["out"] for r in theirs]
     _finite("decode", "forward", full)
@@ -1510,8 +1514,13 @@ def check_relative_position(ctx: Context, ex: Example) -> Outcome:
         if own is not None:  # the shifted path's oracle: the reference at that offset
             own64 = weights_in(own, x.double())
             goldens = [spec_attention(x.double(), own64, spec, k) for k in offsets]
-            path_yards = [tol.max_abs_diff(spec_attention(x, weights_in(own, x), spec, k),
-                                           g)[0] for k, g in zip(offsets, goldens, strict=True)]
+            # The subject reaches the path through its forward (checked by oracle) and the
+            # shift (checked against it): the path may be off by both errors at once.
+            forward_yard = tol.max_abs_diff(spec_attention(x, weights_in(own, x), spec),
+                                            spec_attention(x.double(), own64, spec))[0]
+            path_yards = [max(tol.max_abs_diff(spec_attention(x, weights_in(own, x), spec, k),
+                                               g)[0], forward_yard + y)
+                          for k, g, y in zip(offsets, goldens, yards, strict=True)]
     mine, theirs = ctx.collect_apart()
     (full,), shifted = _outputs([x], mine), _outputs([x] * len(offsets), theirs)
     _finite("relative_position", "forward", full)
