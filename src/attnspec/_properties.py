@@ -2057,6 +2057,24 @@ TWINNED = frozenset({"causality", "batch_independence", "decode", "padding_invar
                      "masked_rows", "causal_corner", "relative_position"})
 
 
+def _fitted_scale(ctx: Context, ex: Example) -> tuple[Example, str | None]:
+    """Inputs scaled up to trained logits, no further: where the subject's own weights (its
+    export) already make logits spread wider than TRAINED_LOGIT_STD at the drawn scale, the
+    scale comes down to where they spread that much (at least 1). A trained model's inputs
+    are normalised; x5 on its weights is a softmax no trained model sees."""
+    if ex.scale <= 1 or not _has_export(ctx):
+        return ex, None
+    own = _exported(ctx, ex)
+    assert own is not None
+    spread = logit_std(_inputs(ex), own, ex.attention)
+    if not spread > TRAINED_LOGIT_STD:
+        return ex, None
+    fitted = max(1.0, ex.scale * math.sqrt(TRAINED_LOGIT_STD / spread))
+    return dataclasses.replace(ex, scale=fitted), (
+        f"inputs x{fitted:.3g} instead of x{ex.scale:g} where the subject's logits would spread "
+        f"beyond std {TRAINED_LOGIT_STD:g} (trained size)")
+
+
 def run_check(executor: Executor, prop: str, ex: Example,
               gangs: Callable[[int], Gang] | None = None,
               twin: Callable[[], Executor | None] | None = None) -> Outcome:
@@ -2064,7 +2082,10 @@ def run_check(executor: Executor, prop: str, ex: Example,
     gives the second process the self-comparisons use (None: in process, no second one)."""
     ctx = Context(executor, gangs, twin)
     try:
+        ex, note = _fitted_scale(ctx, ex)
         outcome = BY_ID[prop].check(ctx, ex)
+        if note:
+            outcome.notes.append(note)
     except SubjectFault as fault:
         outcome = Outcome("error", str(fault))
     except Unsupported as declined:
