@@ -140,6 +140,15 @@ def _features(spec: AttentionSpec) -> list[str]:
         ("no_bias", not spec.bias), ("alibi", isinstance(spec.positions, ALiBi))) if on]
     if isinstance(spec.positions, RoPE):
         found.append("rope_interleaved" if spec.positions.interleaved else "rope_half")
+        if spec.positions.scaling is not None:  # rope_linear, rope_dynamicntk, rope_yarn, ...
+            found.append("rope_" + type(spec.positions.scaling).__name__.lower().replace(
+                "scaling", "") or "rope_scaled")
+    if isinstance(spec.positions, ALiBi) and spec.positions.slopes is not None:
+        found.append("alibi_slopes")
+    if spec.qk_norm is not None:
+        found.append(f"qk_norm_{spec.qk_norm.kind}" + ("" if spec.qk_norm.per_head else "_whole"))
+    if spec.sinks:
+        found.append("sinks")
     return found
 
 
