@@ -7,11 +7,12 @@ mask and position ids. Needs `pip install attnspec[hf]`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .._spec import AttentionSpec, RoPE
+from .._spec import AttentionSpec, LinearScaling, Llama3Scaling, RoPE, YaRN
 
 try:
     from transformers import LlamaConfig
@@ -51,6 +52,28 @@ def supports(spec: AttentionSpec) -> bool:
             and spec.n_embd % spec.n_head == 0)
 
 
+def rope_parameters(rope: RoPE) -> dict[str, Any]:
+    """transformers' rope_parameters for attnspec's RoPE and its scaling (llama3, linear, YaRN;
+    dynamic NTK's cache semantics differ from attnspec's, so it is not mapped)."""
+    out: dict[str, Any] = {"rope_type": "default", "rope_theta": rope.theta}
+    scaling = rope.scaling
+    if isinstance(scaling, Llama3Scaling):
+        out |= {"rope_type": "llama3", "factor": scaling.factor,
+                "low_freq_factor": scaling.low_freq_factor,
+                "high_freq_factor": scaling.high_freq_factor,
+                "original_max_position_embeddings": scaling.original_max_position}
+    elif isinstance(scaling, LinearScaling):
+        out |= {"rope_type": "linear", "factor": scaling.factor}
+    elif isinstance(scaling, YaRN):
+        out |= {"rope_type": "yarn", "factor": scaling.factor, "beta_fast": scaling.beta_fast,
+                "beta_slow": scaling.beta_slow,
+                "original_max_position_embeddings": scaling.original_max_position}
+    elif scaling is not None:
+        raise ValueError(f"hf_llama maps no {type(scaling).__name__} RoPE scaling to "
+                         "transformers' rope_parameters (llama3, linear and YaRN it does).")
+    return out
+
+
 class HFLlamaAttention(HFDecoderAttention):
     def __init__(self, spec: AttentionSpec) -> None:
         super().__init__()
@@ -59,7 +82,7 @@ class HFLlamaAttention(HFDecoderAttention):
             hidden_size=spec.n_embd, num_attention_heads=spec.n_head,
             num_key_value_heads=spec.G, head_dim=spec.D, attention_bias=spec.bias,
             attention_dropout=0.0, max_position_embeddings=4096,
-            rope_parameters={"rope_type": "default", "rope_theta": spec.positions.theta})
+            rope_parameters=rope_parameters(spec.positions))
         self.config._attn_implementation = "eager"
         self.attn = LlamaAttention(self.config, layer_idx=0)
         self.rotary = LlamaRotaryEmbedding(self.config)
