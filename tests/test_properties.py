@@ -361,3 +361,25 @@ def test_without_exports_a_window_one_too_narrow_still_fails() -> None:
     ex = Example(B=2, T=9, C=8, H=2, dtype="float32", seed=4, cuts=(0, 2, 5), spec=spec)
     outcome = check(narrow, "window", ex)
     assert outcome.kind == "fail" and "shorter than 3" in outcome.message, outcome
+
+
+def test_inputs_are_scaled_to_trained_logits_no_further(monkeypatch: pytest.MonkeyPatch) -> None:
+    # q and k x8 already spread the logits past std 10 at unit inputs: x5 comes down to x1,
+    # said in a note, and the exported weights are asked for once for the whole example.
+    monkeypatch.setenv("ATTNSPEC_TRAINED_FACTOR", "8")
+    spec = AttentionSpec(16, 4, n_kv_head=2, positions=RoPE())
+    ex = Example(B=2, T=6, C=16, H=4, seed=2, cuts=(0, 2, 4), scale=5.0, spec=spec)
+    double = InProcess(TRAINED)
+    submitted: list[dict[str, object]] = []
+    real_submit = double.submit
+
+    def counting(request: dict[str, object]) -> None:
+        submitted.append(request)
+        real_submit(request)
+
+    monkeypatch.setattr(double, "submit", counting)
+    outcome = check(double, "relative_position", ex)
+    assert outcome.kind == "pass", outcome
+    assert any("inputs x1 instead of x5" in n for n in outcome.notes), outcome.notes
+    exports = [r for r in submitted if any(s["op"] == "export" for s in r["steps"])]  # type: ignore[attr-defined]
+    assert len(exports) == 1, len(exports)
