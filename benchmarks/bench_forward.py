@@ -66,8 +66,8 @@ def checks(cfg: Config) -> dict[str, Any]:
     from bench_impls import _internals_missing, build, inputs, is_large
 
     import attnspec
-    from attnspec import _reference as R
-    from attnspec._typecheck import forget_passed
+    from attnspec.reference import module as R
+    from attnspec.reference.typecheck import forget_passed
 
     missing = _internals_missing()
     if missing:
@@ -218,7 +218,7 @@ def _spec_checks(cfg: Config, data: dict[str, Any], timing_rows: list[list[str]]
     from types import SimpleNamespace
 
     from attnspec import AttentionSpec, RoPE, SpecAttention
-    from attnspec import _variants as V
+    from attnspec.reference import variants as V
 
     B, T, C, H, G = SPEC_CHECK_SHAPE
     spec = AttentionSpec(C, H, n_kv_head=G, positions=RoPE())

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from attnspec import CausalSelfAttention
-from attnspec import _reference as reference_module
+from attnspec.reference import module as reference_module
 from attnspec.subjects import sdpa as sdpa_subject
 from attnspec.subjects import torch_mha as mha_subject
 
@@ -33,7 +33,7 @@ def _internals_missing() -> str | None:
     if not hasattr(CausalSelfAttention, "_pipeline"):
         missing.append("CausalSelfAttention._pipeline")
     if missing:
-        return ("attnspec._reference no longer has " + ", ".join(missing)
+        return ("attnspec.reference.module no longer has " + ", ".join(missing)
                 + "; update benchmarks/bench_impls.py to the new forward.")
     return None
 

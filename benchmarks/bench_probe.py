@@ -97,7 +97,7 @@ def typecheck_path(args: argparse.Namespace) -> dict[str, Any]:
     from bench_impls import build, inputs, is_large, parse_shape
 
     import attnspec
-    from attnspec import _reference as R
+    from attnspec.reference import module as R
 
     plain = vars(R._PLAIN)
     result: dict[str, Any] = {

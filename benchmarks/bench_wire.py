@@ -57,8 +57,8 @@ def probe(kind: str) -> dict[str, Any]:
     """One forward in a fresh Worker; the peaks, and the answer."""
     import tempfile
 
-    from attnspec._properties import Example, _inputs
-    from attnspec._worker import SubjectCrash, Worker
+    from attnspec.properties.base import Example, _inputs
+    from attnspec.runner.worker import SubjectCrash, Worker
 
     with tempfile.TemporaryDirectory() as tmp:
         target = "attnspec.subjects.reference"

@@ -1,6 +1,6 @@
 """attnspec's pytest entry point (`pytest11`), kept free of torch so that it costs nothing in
 test runs that check no attention: it adds the `--attnspec-*` options, and loads the suite
-(`attnspec.pytest_plugin`) only when a run names a subject.
+(`attnspec.frontends.pytest_plugin`) only when a run names a subject.
 
     pytest --attnspec-subject my_pkg.attention        # your implementation (repeatable)
     ATTNSPEC_SUBJECT=path/to/impl.py pytest            # the same, from the environment
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-# attnspec._options.PROFILES and DEVICES, which import torch; a test pins that they agree.
+# attnspec.runner.options.PROFILES and DEVICES, which import torch; a test pins that they agree.
 PROFILES = ("smoke", "default", "thorough", "ci")
 DEVICES = ("cpu", "cuda", "all")
 
@@ -58,6 +58,6 @@ def subject_requested(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     if subject_requested(config) and not config.pluginmanager.has_plugin("attnspec-suite"):
-        from attnspec import pytest_plugin
+        from attnspec.frontends import pytest_plugin
 
         config.pluginmanager.register(pytest_plugin, "attnspec-suite")

@@ -12,12 +12,13 @@ import pytest
 import torch
 
 import attnspec
-from attnspec._answers import BadAnswer, check_kind, check_results
 from attnspec._errors import TargetError
-from attnspec._execute import _Fault, answer_bool
-from attnspec._properties import Example, run_check
-from attnspec._spec import AttentionSpec, RoPE
-from attnspec._worker import InProcess, SubjectCrash, SubjectInfo, Worker
+from attnspec.properties import run_check
+from attnspec.properties.base import Example
+from attnspec.reference.spec import AttentionSpec, RoPE
+from attnspec.runner.answers import BadAnswer, check_kind, check_results
+from attnspec.runner.execute import _Fault, answer_bool
+from attnspec.runner.worker import InProcess, SubjectCrash, SubjectInfo, Worker
 
 FAULTY = Path(__file__).parent / "faulty"
 X = torch.zeros(2, 3, 4)
@@ -246,8 +247,8 @@ def test_a_rank_that_sends_json_that_is_not_an_object_is_a_crash_naming_it() -> 
     import struct
     import subprocess
 
-    from attnspec._gang import Gang, RankCrash
-    from attnspec._wire import Channel, encode
+    from attnspec.runner.gang import Gang, RankCrash
+    from attnspec.runner.wire import Channel, encode
 
     gang, theirs = Gang("ranks.py", 2), []
     gang._limits = [1 << 20] * 2

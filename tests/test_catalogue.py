@@ -47,7 +47,7 @@ EXPECTED = {path: expected(path) for path in BROKEN}
 
 
 def attnspec_sharded(prop: str) -> bool:
-    from attnspec._properties import BY_ID
+    from attnspec.properties import BY_ID
 
     return BY_ID[prop].shards is not None
 

@@ -14,8 +14,9 @@ import pytest
 from torch import Tensor, nn
 
 import attnspec
-from attnspec._properties import Example, Outcome, run_check
-from attnspec._worker import InProcess
+from attnspec.properties import run_check
+from attnspec.properties.base import Example, Outcome
+from attnspec.runner.worker import InProcess
 from attnspec.subjects import reference
 
 HERE = Path(__file__).parent
@@ -156,8 +157,8 @@ def test_what_the_twin_saw_in_one_property_does_not_fool_another() -> None:
 @pytest.mark.slow
 def test_the_quick_pass_starts_no_twin_and_the_full_pass_does() -> None:
     # A rejection in verify's quick pass costs no second worker (1.7 s of CPU on 2 cores).
-    from attnspec._engine import Session
-    from attnspec._options import RunOptions
+    from attnspec.runner.engine import Session
+    from attnspec.runner.options import RunOptions
 
     with Session("attnspec.subjects.reference", RunOptions(database=False, seed=1)) as session:
         assert session.run("causality", max_examples=3, stream="quick").verdict == "pass"

@@ -15,9 +15,9 @@ import torch
 
 import attnspec
 from attnspec import ALiBi, AttentionSpec, RoPE
-from attnspec._diagnose import diagnose
-from attnspec._inference import padded_attention
-from attnspec._variants import spec_attention
+from attnspec.properties.diagnose import diagnose
+from attnspec.reference.inference import padded_attention
+from attnspec.reference.variants import spec_attention
 
 BROKEN = Path(__file__).parent / "broken"
 
@@ -175,7 +175,7 @@ def test_a_non_finite_output_is_not_diagnosed() -> None:
 def test_a_diagnosis_is_cheap(monkeypatch: pytest.MonkeyPatch) -> None:
     # A window, RoPE and GQA spec lists the most hypotheses; none fits an unrelated output, so
     # every one runs, then the scale fit: about 40 small float64 forwards, a bound kept here.
-    import attnspec._diagnose as module
+    import attnspec.properties.diagnose as module
 
     forwards = []
 

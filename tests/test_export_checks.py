@@ -14,8 +14,9 @@ import torch
 from torch import Tensor, nn
 
 from attnspec import AttentionSpec
-from attnspec._properties import Context, Example, SubjectFault, check_oracle
-from attnspec._worker import InProcess
+from attnspec.properties.base import Context, Example, SubjectFault
+from attnspec.properties.oracle import check_oracle
+from attnspec.runner.worker import InProcess
 
 sys.path.insert(0, str(Path(__file__).parent / "broken"))
 from _spec_common import SpecAttn, export_weights  # noqa: E402

@@ -12,8 +12,9 @@ import pytest
 from torch import Tensor
 
 from attnspec import ALiBi, AttentionSpec, RoPE, SpecAttention
-from attnspec._properties import Context, Example, check_gqa_grouping
-from attnspec._worker import InProcess
+from attnspec.properties.base import Context, Example
+from attnspec.properties.grouping import check_gqa_grouping
+from attnspec.runner.worker import InProcess
 
 sys.path.insert(0, str(Path(__file__).parent / "broken"))
 from _spec_common import SpecAttn, export_weights  # noqa: E402

@@ -46,16 +46,16 @@ def test_errors_are_named_where_users_import_them_from() -> None:
 
 def test_the_command_line_starts_without_torch() -> None:
     # `attnspec verify` starts its worker (which imports torch) before it imports torch itself.
-    probe = "import sys, attnspec._cli; print('torch' in sys.modules)"
+    probe = "import sys, attnspec.frontends.cli; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "False", "importing attnspec._cli imported torch"
+    assert result.stdout.strip() == "False", "importing attnspec.frontends.cli imported torch"
 
 
 def test_the_runner_does_not_import_beartype_until_a_checked_call() -> None:
     # The runner judges with the plain reference; beartype's import and decoration cost ~0.3 s.
-    probe = ("import sys, torch, attnspec._engine; print('beartype' in sys.modules); "
+    probe = ("import sys, torch, attnspec.runner.engine; print('beartype' in sys.modules); "
              "attnspec.CausalSelfAttention(4, 2)(torch.zeros(1, 3, 4)); "
              "print('beartype' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -67,6 +67,7 @@ def test_the_runner_does_not_import_beartype_until_a_checked_call() -> None:
 
 
 def test_the_dtype_names_agree() -> None:
-    from attnspec import _options, _subject
+    from attnspec.runner import options as _options
+    from attnspec.runner import subject as _subject
 
     assert tuple(_subject.DTYPE_NAMES) == _options.DTYPE_NAMES

@@ -15,7 +15,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 import attnspec
 from attnspec import ALiBi, AttentionSpec, RoPE, TargetError
-from attnspec._inference import (
+from attnspec.reference.inference import (
     cross_attention,
     decode_attention,
     decode_step,
@@ -23,7 +23,7 @@ from attnspec._inference import (
     padded_decode_attention,
     padded_decode_step,
 )
-from attnspec._variants import SpecAttention, spec_attention
+from attnspec.reference.variants import SpecAttention, spec_attention
 
 SPECS = [AttentionSpec(16, 4), AttentionSpec(16, 4, n_kv_head=2, positions=RoPE()),
          AttentionSpec(16, 4, n_kv_head=1, window=3, positions=ALiBi()),
@@ -169,8 +169,9 @@ def test_a_decode_hook_that_returns_no_cache_is_the_subjects_error() -> None:
 
 
 def test_the_other_corner_is_caught_on_the_visible_side_when_queries_are_fewer() -> None:
-    from attnspec._properties import Context, Example, _corner_lengths, check_causal_corner
-    from attnspec._worker import InProcess
+    from attnspec.properties.base import Context, Example
+    from attnspec.properties.inference import _corner_lengths, check_causal_corner
+    from attnspec.runner.worker import InProcess
     from attnspec.subjects import variants
 
     spec = AttentionSpec(16, 4)
@@ -196,8 +197,9 @@ class _NoisyLeak(SpecAttention):
 
 
 def test_padding_invariance_measures_jitter_on_the_padded_calls_themselves() -> None:
-    from attnspec._properties import Context, Example, _rng, check_padding_invariance
-    from attnspec._worker import InProcess
+    from attnspec.properties.base import Context, Example, _rng
+    from attnspec.properties.inference import check_padding_invariance
+    from attnspec.runner.worker import InProcess
 
     spec = AttentionSpec(8, 2)
 
@@ -253,8 +255,9 @@ def test_shared_positions_in_a_padded_decode_are_caught_and_named() -> None:
     import sys
     from pathlib import Path
 
-    from attnspec._properties import Context, Example, check_decode
-    from attnspec._worker import InProcess
+    from attnspec.properties.base import Context, Example
+    from attnspec.properties.inference import check_decode
+    from attnspec.runner.worker import InProcess
 
     sys.path.insert(0, str(Path(__file__).parent / "broken"))
     try:

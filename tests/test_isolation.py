@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from attnspec._errors import UsageError
-from attnspec._options import RunOptions
+from attnspec.runner.options import RunOptions
 
 HERE = Path(__file__).parent
 FAULTY = HERE / "faulty"
@@ -128,7 +128,7 @@ def test_worker_user_is_checked_before_anything_runs(monkeypatch: pytest.MonkeyP
 def test_sweep_kills_detached_processes_and_leaves_the_callers_own(tmp_path: Path) -> None:
     script = textwrap.dedent("""
         import os, subprocess, time
-        from attnspec._isolation import become_subreaper, children, sweep
+        from attnspec.runner.isolation import become_subreaper, children, sweep
 
         assert become_subreaper()
         mine = subprocess.Popen(["sleep", "60"])  # the caller's: same session
@@ -158,7 +158,7 @@ def test_the_api_leaves_the_callers_process_as_it_found_it() -> None:
     # caller starts next (a pytest process's later subprocesses, say).
     script = textwrap.dedent("""
         import attnspec
-        from attnspec._isolation import is_dumpable, is_subreaper
+        from attnspec.runner.isolation import is_dumpable, is_subreaper
 
         report = attnspec.verify("attnspec.subjects.reference", only="width", max_examples=2,
                                  database=False)
@@ -174,8 +174,8 @@ def test_the_api_leaves_the_callers_process_as_it_found_it() -> None:
 @linux
 def test_the_cli_called_in_process_leaves_its_process_as_it_found_it() -> None:
     script = textwrap.dedent("""
-        from attnspec._cli import main
-        from attnspec._isolation import is_dumpable, is_subreaper
+        from attnspec.frontends.cli import main
+        from attnspec.runner.isolation import is_dumpable, is_subreaper
 
         code = main(["verify", "tests/faulty/targets/missing.py"])
         print(code, is_subreaper(), is_dumpable())

@@ -12,8 +12,9 @@ import pytest
 from torch import Tensor
 
 from attnspec import AttentionSpec, RoPE
-from attnspec._properties import Example, run_check
-from attnspec._worker import InProcess
+from attnspec.properties import run_check
+from attnspec.properties.base import Example
+from attnspec.runner.worker import InProcess
 
 BROKEN = Path(__file__).parent / "broken"
 GOOD = Path(__file__).parent / "good"

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from attnspec import ALiBi, AttentionSpec, ConfigError, DivisibilityError, SpecAttention, UsageError
-from attnspec._cli import main
-from attnspec._plot import INSTALL_HINT, _figure, hidden_keys, plot_heads
+from attnspec.frontends.cli import main
+from attnspec.frontends.plot import INSTALL_HINT, _figure, hidden_keys, plot_heads
 
 pytest.importorskip("matplotlib")
 
@@ -180,11 +180,13 @@ def test_missing_matplotlib_says_what_to_install(
 
 
 def test_importing_the_plot_module_does_not_import_matplotlib() -> None:
-    probe = "import sys, attnspec._plot, attnspec._cli; print('matplotlib' in sys.modules)"
+    probe = ("import sys, attnspec.frontends.plot, attnspec.frontends.cli; "
+             "print('matplotlib' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "False", "attnspec._plot imported matplotlib at import time"
+    assert result.stdout.strip() == "False", \
+        "attnspec.frontends.plot imported matplotlib at import time"
 
 
 # Specs: the window hatched like the future, each panel's kv head and ALiBi slope named.

@@ -13,10 +13,11 @@ import torch
 from torch import Tensor, nn
 
 from attnspec import AttentionSpec, CausalSelfAttention, QKNorm, RoPE
-from attnspec import _tolerance as tol
-from attnspec._properties import BY_ID, PROPERTY_IDS, Example, Outcome, run_check
-from attnspec._wire import WireError, decode, encode
-from attnspec._worker import InProcess
+from attnspec.properties import BY_ID, PROPERTY_IDS, run_check
+from attnspec.properties import tolerance as tol
+from attnspec.properties.base import Example, Outcome
+from attnspec.runner.wire import WireError, decode, encode
+from attnspec.runner.worker import InProcess
 from attnspec.subjects import reference
 
 HERE = Path(__file__).parent
@@ -123,7 +124,7 @@ def test_every_property_passes_a_subject_that_rounds_by_batch_position(prop: str
 def test_the_rounding_double_does_round_by_alignment() -> None:
     # So that the test above proves the harness hands identical calls identically aligned
     # inputs (on the code before, its wire views sat at the frame's offsets: determinism failed).
-    from attnspec._subject import load_subject
+    from attnspec.runner.subject import load_subject
 
     double = load_subject(ROUNDING).build(8, 2).eval()
     x = torch.randn(1, 4, 8)

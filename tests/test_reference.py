@@ -139,7 +139,7 @@ def test_sdpa_kernel_agrees_with_explicit_kernel_in_float64(n_embd: int, n_head:
 @pytest.mark.parametrize(("n_embd", "n_head"), [(12, 3), (32, 4), (7, 7), (48, 1)])
 def test_sdpa_fast_path_is_bitwise_the_checked_pipeline(n_embd: int, n_head: int,
                                                          dtype: torch.dtype) -> None:
-    from attnspec._reference import _PLAIN
+    from attnspec.reference.module import _PLAIN
 
     attn = build(n_embd, n_head, dtype=dtype, kernel="sdpa")
     for B, T in (*BATCH_SEQ, (2, 33)):

@@ -17,9 +17,9 @@ import torch
 from _reports import first_verdict_written
 
 import attnspec
-from attnspec._engine import select_properties
 from attnspec._errors import TargetError
-from attnspec._subject import load_subject
+from attnspec.runner.engine import select_properties
+from attnspec.runner.subject import load_subject
 
 HERE = Path(__file__).parent
 FAULTY = HERE / "faulty"
@@ -337,7 +337,7 @@ def test_a_report_path_that_cannot_be_written_exits_2_before_loading(
 def test_a_report_that_fails_mid_run_keeps_every_verdict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from attnspec._report import Report
+    from attnspec.runner.report import Report
 
     def full_disk(self: Report, path: object) -> None:
         raise OSError(28, "No space left on device")
@@ -535,8 +535,8 @@ def test_time_spent_waiting_for_a_cpu_does_not_count_towards_the_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from attnspec import _worker
-    from attnspec._wire import Channel
+    from attnspec.runner import worker as _worker
+    from attnspec.runner.wire import Channel
 
     starved = iter(range(0, 1000))
     # The worker is runnable but starved: its run-queue delay grows 0.2 s per look.
@@ -560,7 +560,7 @@ def test_time_spent_waiting_for_a_cpu_does_not_count_towards_the_timeout(
 def test_worker_whose_parent_is_gone_exits_quietly(capfd: pytest.CaptureFixture[str]) -> None:
     import socket
 
-    from attnspec import _worker
+    from attnspec.runner import worker as _worker
 
     ours, theirs = socket.socketpair()
     ours.close()  # the runner was killed: its end of the socket is gone
@@ -571,8 +571,8 @@ def test_worker_whose_parent_is_gone_exits_quietly(capfd: pytest.CaptureFixture[
 
 def test_an_answer_left_uncollected_is_never_taken_for_the_next_one() -> None:
     # A check interrupted between submit and collect (Ctrl-C) must not shift every later answer.
-    from attnspec._properties import Context, Example, _inputs
-    from attnspec._worker import Worker
+    from attnspec.properties.base import Context, Example, _inputs
+    from attnspec.runner.worker import Worker
 
     ex = Example(B=1, T=3, C=4, H=2, seed=1)
     first, second = _inputs(ex), _inputs(ex, salt=7)
@@ -590,7 +590,7 @@ def test_an_answer_left_uncollected_is_never_taken_for_the_next_one() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_vjp_gives_autograd_grads_values_exactly(dtype: torch.dtype) -> None:
     from attnspec import CausalSelfAttention
-    from attnspec._execute import vjp
+    from attnspec.runner.execute import vjp
 
     gen = torch.Generator().manual_seed(3)
     attn = CausalSelfAttention(12, 3).to(dtype)
@@ -612,7 +612,7 @@ def test_vjp_gives_autograd_grads_values_exactly(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("user_policy", [None, "ACTIVE"])
 def test_the_workers_idle_openmp_threads_sleep_unless_the_user_says_otherwise(
         monkeypatch: pytest.MonkeyPatch, user_policy: str | None) -> None:
-    from attnspec import _spawn
+    from attnspec.runner import spawn as _spawn
 
     if user_policy is None:
         monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
@@ -639,7 +639,7 @@ def test_hypothesis_never_mines_attnspecs_own_source_for_constants() -> None:
     # and try their numbers in the draws; installed in site-packages it never looks at them.
     from hypothesis.internal.conjecture import providers
 
-    from attnspec._engine import _hide_own_source_from_hypothesis
+    from attnspec.runner.engine import _hide_own_source_from_hypothesis
 
     if not hasattr(providers, "_seen_modules"):  # hypothesis is unpinned; verify falls back
         pytest.skip("this Hypothesis has no providers._seen_modules (private API)")
@@ -654,7 +654,7 @@ def test_the_header_names_versions_from_package_metadata() -> None:
     import beartype
     import jaxtyping
 
-    from attnspec._engine import _installed
+    from attnspec.runner.engine import _installed
 
     assert (_installed("beartype"), _installed("jaxtyping")) == (
         beartype.__version__, jaxtyping.__version__)

@@ -19,14 +19,15 @@ import pytest
 import torch
 
 import attnspec
-from attnspec._engine import Session
 from attnspec._errors import TargetError, UsageError
-from attnspec._gang import Gang, consequence
-from attnspec._options import RunOptions
-from attnspec._properties import Example, _rank_fault
-from attnspec._sharding import shard_positions_of
-from attnspec._spec import AttentionSpec
-from attnspec._subject import load_subject
+from attnspec.properties.base import Example
+from attnspec.properties.sharded import _rank_fault
+from attnspec.reference.sharding import shard_positions_of
+from attnspec.reference.spec import AttentionSpec
+from attnspec.runner.engine import Session
+from attnspec.runner.gang import Gang, consequence
+from attnspec.runner.options import RunOptions
+from attnspec.runner.subject import load_subject
 
 HERE = Path(__file__).parent
 GOOD = HERE / "good" / "sharded_gather.py"
@@ -268,7 +269,7 @@ def test_ranks_die_with_a_killed_runner(tmp_path: Path) -> None:
 
 
 def test_the_verdict_table_names_the_world_and_the_rank() -> None:
-    from attnspec._report import _short
+    from attnspec.runner.report import _short
 
     ce = Example(B=1, T=8, C=8, H=2, spec=AttentionSpec(8, 2), world=2).to_json()
     assert _short(ce, {"b": 0, "t": 3, "c": 1, "rank": 1}).endswith(
@@ -294,7 +295,7 @@ def test_tp_names_the_rank_whose_heads_are_wrong_not_the_first_all_reduced_one()
 
 
 def test_an_all_reduced_error_is_pinned_on_no_rank_without_the_weights() -> None:
-    from attnspec._properties import _blamed
+    from attnspec.properties.sharded import _blamed
 
     ex = Example(B=1, T=2, C=4, H=2, spec=AttentionSpec(4, 2), world=2)
     want = torch.zeros(1, 2, 4)

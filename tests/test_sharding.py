@@ -12,16 +12,17 @@ import pytest
 import torch
 from torch import Tensor
 
-from attnspec import ALiBi, AttentionSpec, RoPE, _sharding
-from attnspec._sharding import (
+from attnspec import ALiBi, AttentionSpec, RoPE
+from attnspec.reference import sharding as _sharding
+from attnspec.reference.sharding import (
     ShardError,
     check_shardable,
     cp_reference,
     shard_positions_of,
     tp_reference,
 )
-from attnspec._spec import alibi_slopes
-from attnspec._variants import spec_attention
+from attnspec.reference.spec import alibi_slopes
+from attnspec.reference.variants import spec_attention
 
 
 def _weights(spec: AttentionSpec, seed: int = 0) -> dict[str, Tensor]:

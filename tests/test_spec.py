@@ -22,9 +22,9 @@ from attnspec import (
     RoPE,
     YaRN,
 )
-from attnspec._reference import CausalSelfAttention, reference_attention
-from attnspec._spec import alibi_slopes
-from attnspec._variants import SpecAttention, spec_attention
+from attnspec.reference.module import CausalSelfAttention, reference_attention
+from attnspec.reference.spec import alibi_slopes
+from attnspec.reference.variants import SpecAttention, spec_attention
 
 
 def _weights(spec: AttentionSpec, seed: int = 0) -> dict[str, Tensor]:
@@ -435,7 +435,7 @@ def test_gemmas_one_plus_weight_norm_is_exported_as_its_effective_weight() -> No
     norm = Gemma3RMSNorm(8, eps=1e-6)
     _randomised(norm)
     q = torch.randn(2, 5, 32, dtype=torch.float64)
-    from attnspec._variants import normed
+    from attnspec.reference.variants import normed
 
     with torch.no_grad():  # Gemma3 norms in float32 whatever the input: compare at that level
         theirs = norm(q.view(2, 5, 4, 8)).reshape(2, 5, 32)
@@ -445,7 +445,7 @@ def test_gemmas_one_plus_weight_norm_is_exported_as_its_effective_weight() -> No
 
 @pytest.mark.parametrize("norm", [QKNorm(), QKNorm(kind="layer", eps=1e-5, per_head=False)])
 def test_qk_norm_holds_on_every_inference_path(norm: QKNorm) -> None:
-    from attnspec._inference import cross_attention, decode_attention, padded_attention
+    from attnspec.reference.inference import cross_attention, decode_attention, padded_attention
 
     spec = AttentionSpec(16, 4, n_kv_head=2, positions=RoPE(), qk_norm=norm)
     w = _weights(spec) | {k: 1 + 0.3 * torch.rand(s, dtype=torch.float64)
@@ -505,7 +505,7 @@ def test_sinks_are_gpt_oss(G: int, window: int | None) -> None:
 
 
 def test_sinks_hold_on_every_inference_path_and_empty_rows_give_zero() -> None:
-    from attnspec._inference import cross_attention, decode_attention, padded_attention
+    from attnspec.reference.inference import cross_attention, decode_attention, padded_attention
 
     spec = AttentionSpec(16, 4, n_kv_head=2, positions=ALiBi(), sinks=True)
     w = _weights(spec) | {"sinks": torch.tensor([2.0, -1.0, 0.5, 4.0], dtype=torch.float64)}
@@ -572,7 +572,7 @@ def test_given_alibi_slopes_are_checked_and_round_trip() -> None:
 
 
 def test_given_alibi_slopes_hold_on_every_inference_path() -> None:
-    from attnspec._inference import cross_attention, decode_attention, padded_attention
+    from attnspec.reference.inference import cross_attention, decode_attention, padded_attention
 
     spec = AttentionSpec(16, 4, n_kv_head=2, positions=ALiBi(slopes=(1.0, 0.0, 0.3, 2.0)))
     w, x = _weights(spec), _x(spec, T=7)
@@ -632,7 +632,7 @@ SCALED = [
 @pytest.mark.parametrize("D", [16, 64])
 def test_rope_scaling_frequencies_and_attention_factor_are_transformers(rope: RoPE,
                                                                         D: int) -> None:
-    from attnspec._variants import frequencies
+    from attnspec.reference.variants import frequencies
 
     rot = rope.rotary_dim(D)
     ours, factor = frequencies(rope, rot, 1, torch.float64, torch.device("cpu"))
@@ -645,7 +645,7 @@ def test_rope_scaling_frequencies_and_attention_factor_are_transformers(rope: Ro
     (2.0, 16, 40), (2.0, 16, 16), (4.0, 32, 33), (8.0, 2048, 5000)])
 def test_dynamic_ntk_rebases_on_the_length_seen_as_transformers(factor: float, original: int,
                                                                 L: int) -> None:
-    from attnspec._variants import frequencies
+    from attnspec.reference.variants import frequencies
 
     rope = RoPE(scaling=DynamicNTK(factor, original))
     ours, one = frequencies(rope, 16, L, torch.float64, torch.device("cpu"))
@@ -660,7 +660,7 @@ def test_yarns_attention_factor_scales_q_dot_k_by_its_square() -> None:
     w, x = _weights(spec), _x(spec)
     q = F.linear(x, w["q_weight"], w["q_bias"]).view(2, 9, 4, 8).transpose(1, 2)
     k = F.linear(x, w["k_weight"], w["k_bias"]).view(2, 9, 4, 8).transpose(1, 2)
-    from attnspec._variants import frequencies, rotate, spec_scores
+    from attnspec.reference.variants import frequencies, rotate, spec_scores
 
     inv, af = frequencies(spec.positions, 8, 9, torch.float64, torch.device("cpu"))
     assert af == pytest.approx(0.1 * math.log(4.0) + 1)
@@ -680,7 +680,7 @@ def test_yarns_attention_factor_scales_q_dot_k_by_its_square() -> None:
 @pytest.mark.parametrize("rope", [RoPE(scaling=YaRN(4.0, 4)), RoPE(scaling=LinearScaling(2.0)),
                                   RoPE(theta=500000.0, scaling=Llama3Scaling(8.0, 1.0, 4.0, 4))])
 def test_static_rope_scaling_holds_on_every_inference_path(rope: RoPE) -> None:
-    from attnspec._inference import cross_attention, decode_attention, padded_attention
+    from attnspec.reference.inference import cross_attention, decode_attention, padded_attention
 
     spec = AttentionSpec(32, 4, n_kv_head=2, positions=rope)
     w, x = _weights(spec), _x(spec, T=9)
@@ -694,7 +694,7 @@ def test_static_rope_scaling_holds_on_every_inference_path(rope: RoPE) -> None:
 
 
 def test_dynamic_ntk_length_is_the_calls_and_a_cache_keeps_its_turns() -> None:
-    from attnspec._inference import decode_attention, decode_step, padded_attention
+    from attnspec.reference.inference import decode_attention, decode_step, padded_attention
 
     spec = AttentionSpec(32, 4, positions=RoPE(scaling=DynamicNTK(2.0, 6)))
     w, x = _weights(spec), _x(spec, T=9)
@@ -773,7 +773,7 @@ def test_the_trace_shows_the_qk_norm_and_the_sinks() -> None:
 
 
 def test_a_counterexample_line_names_the_new_fields_briefly() -> None:
-    from attnspec._report import _short
+    from attnspec.runner.report import _short
 
     spec = AttentionSpec(16, 4, qk_norm=QKNorm(per_head=False), sinks=True,
                          positions=RoPE(interleaved=True, scaling=YaRN(4.0, 8)))
@@ -801,7 +801,7 @@ def test_a_subject_that_exports_no_norm_weights_or_sinks_is_told_which() -> None
 
 @pytest.mark.parametrize("extra", [{"qk_norm": QKNorm()}, {"sinks": True}])
 def test_the_sharded_references_refuse_what_they_do_not_model(extra: dict[str, object]) -> None:
-    from attnspec._sharding import cp_reference, tp_reference
+    from attnspec.reference.sharding import cp_reference, tp_reference
 
     spec = AttentionSpec(8, 2, **extra)  # type: ignore[arg-type]
     x, w = torch.zeros(1, 4, 8), _weights(AttentionSpec(8, 2))

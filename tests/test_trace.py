@@ -12,8 +12,8 @@ import torch
 
 import attnspec
 from attnspec import DivisibilityError
-from attnspec._cli import _build_parser, _spec_of, main
-from attnspec._trace import STAGES
+from attnspec.frontends.cli import _build_parser, _spec_of, main
+from attnspec.reference.trace import STAGES
 
 TABLE_12_3 = """\
 n_embd (C) = 12, n_head (H) = 3, head_dim (D) = C / H = 4

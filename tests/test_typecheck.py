@@ -14,8 +14,8 @@ from torch import Tensor
 
 import attnspec
 from attnspec import CausalSelfAttention, ShapeError
-from attnspec._reference import _MAX_SIGNATURES
-from attnspec._typecheck import shapechecked
+from attnspec.reference.module import _MAX_SIGNATURES
+from attnspec.reference.typecheck import shapechecked
 
 # In-process checks exist only when ATTNSPEC_TYPECHECK did not switch them off for this run.
 requires_checks = pytest.mark.skipif(
@@ -200,7 +200,7 @@ def test_a_failed_shape_is_not_cached_as_checked() -> None:
 @requires_checks
 def test_a_signature_checked_by_one_module_is_not_checked_again_by_another(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnspec import _reference
+    from attnspec.reference import module as _reference
 
     checked: list[int] = []
     original = _reference._CHECKED.split_heads
@@ -279,7 +279,7 @@ def test_compiled_reference_matches_uncompiled_with_checks_on(kernel: str) -> No
 
 def _counting_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the functions whose jaxtyping+beartype check runs, in call order."""
-    from attnspec import _typecheck
+    from attnspec.reference import typecheck as _typecheck
 
     ran: list[str] = []
     original = _typecheck.jaxtyped
@@ -342,8 +342,8 @@ def test_a_step_that_failed_or_cannot_be_keyed_is_checked_every_time(
 
 @requires_checks
 def test_forget_passed_makes_every_step_check_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnspec import _reference
-    from attnspec._typecheck import forget_passed
+    from attnspec.reference import module as _reference
+    from attnspec.reference.typecheck import forget_passed
 
     x = torch.zeros(1, 3, 12)
     _reference._CHECKED.split_heads(x, 3)

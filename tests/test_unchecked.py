@@ -17,9 +17,9 @@ import pytest
 
 import attnspec
 from attnspec import RoPE, SpecAttention, TargetError
-from attnspec._engine import Session
-from attnspec._options import RunOptions
-from attnspec._report import PropertyResult
+from attnspec.runner.engine import Session
+from attnspec.runner.options import RunOptions
+from attnspec.runner.report import PropertyResult
 
 HERE = Path(__file__).parent
 
@@ -72,8 +72,8 @@ def _escaped(text: str) -> str:
 
 
 def test_listed_values_a_spec_can_have_load() -> None:
-    from attnspec._spec import parse_variants
-    from attnspec._subject import check_variants
+    from attnspec.reference.spec import parse_variants
+    from attnspec.runner.subject import check_variants
 
     check_variants(parse_variants({"window": [None, 1, 4096], "scale": [None, 0.5],
                                    "n_kv_head": "any", "bias": [False],
@@ -83,7 +83,7 @@ def test_listed_values_a_spec_can_have_load() -> None:
 def test_the_runner_checks_the_variants_the_worker_reports(monkeypatch: pytest.MonkeyPatch,
                                                            ) -> None:
     # The worker's process is the subject's: what its ready message says is checked again.
-    from attnspec import _worker
+    from attnspec.runner import worker as _worker
 
     real = _worker.SubjectInfo.of
 
@@ -141,7 +141,7 @@ def test_a_subjects_own_world_sizes_are_used_unless_the_run_narrows_them(tmp_pat
 
 
 def test_runner_messages_name_the_option_as_the_front_end_spells_it() -> None:
-    from attnspec.pytest_plugin import _FLAGS
+    from attnspec.frontends.pytest_plugin import _FLAGS
 
     said = "no answer within --timeout 2 s; the worker was killed and restarted."
     for flags, want in ((_FLAGS, "--attnspec-timeout 2 s"), (None, "timeout=2 s"),
@@ -193,9 +193,9 @@ def _pytest_in(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 BREAKS_SDPA = '''
-import attnspec._engine
+import attnspec.runner.engine
 
-real = attnspec._engine.Session.__init__
+real = attnspec.runner.engine.Session.__init__
 
 
 def broken(self, target, *args, **kwargs):
@@ -204,7 +204,7 @@ def broken(self, target, *args, **kwargs):
     real(self, target, *args, **kwargs)
 
 
-attnspec._engine.Session.__init__ = broken
+attnspec.runner.engine.Session.__init__ = broken
 '''
 
 
@@ -240,7 +240,7 @@ def test_a_plugin_run_that_checked_nothing_is_a_usage_error(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_the_command_line_exits_2_when_nothing_was_checked(tmp_path: Path) -> None:
-    from attnspec._cli import main
+    from attnspec.frontends.cli import main
 
     path = tmp_path / "declines.py"
     path.write_text("from attnspec import SpecAttention\nPROTOCOL = 2\nbuild = SpecAttention\n"

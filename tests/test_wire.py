@@ -16,11 +16,11 @@ import pytest
 import torch
 
 import attnspec
-from attnspec import _worker
 from attnspec._errors import TargetError
-from attnspec._execute import answer_limit
-from attnspec._wire import Channel, FrameError, WireError, decode, encode, pack, write_frame
-from attnspec._worker import Budget, InProcess, SubjectCrash, Worker, receive
+from attnspec.runner import worker as _worker
+from attnspec.runner.execute import answer_limit
+from attnspec.runner.wire import Channel, FrameError, WireError, decode, encode, pack, write_frame
+from attnspec.runner.worker import Budget, InProcess, SubjectCrash, Worker, receive
 
 FAULTY = Path(__file__).parent / "faulty"
 
@@ -154,7 +154,7 @@ def test_an_answer_bound_follows_the_requests_shapes() -> None:
 
 
 def test_an_output_far_larger_than_its_input_is_withheld_and_named_by_width() -> None:
-    from attnspec._properties import Context, Example, _inputs
+    from attnspec.properties.base import Context, Example, _inputs
 
     executor = InProcess(str(FAULTY / "huge_output.py"))
     ex = Example(B=2, T=16, C=32, H=2, seed=1)
@@ -170,7 +170,7 @@ def test_an_output_far_larger_than_its_input_is_withheld_and_named_by_width() ->
 @pytest.mark.slow
 def test_a_subject_writing_into_the_socket_is_a_crash_within_the_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnspec._properties import Example, _inputs
+    from attnspec.properties.base import Example, _inputs
 
     ex = Example(B=1, T=3, C=4, H=2, seed=1)
     request = {"build": ex.build(), "steps": [{"op": "forward", "x": _inputs(ex)}]}
@@ -212,8 +212,8 @@ def test_a_strided_tensors_copy_outlives_its_encoding() -> None:
 
 def test_an_export_of_a_spec_wider_than_its_residual_is_sent_whole() -> None:
     # q is (H·D, C): with head_dim, H·D may exceed C, and C² alone bounded it too tightly.
-    from attnspec._properties import Context, Example
-    from attnspec._spec import AttentionSpec
+    from attnspec.properties.base import Context, Example
+    from attnspec.reference.spec import AttentionSpec
 
     ex = Example(B=1, T=2, C=16, H=8, seed=1, spec=AttentionSpec(16, 8, head_dim=64))
     (result,) = Context(InProcess("attnspec.subjects.variants")).request(ex, [{"op": "export"}])

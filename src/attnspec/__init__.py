@@ -20,45 +20,47 @@ for _error in (AttnspecError, ConfigError, DivisibilityError, ShapeError, Target
 del _error
 
 if TYPE_CHECKING:
-    from ._api import trace as trace
-    from ._config import AttentionConfig as AttentionConfig
-    from ._config import divisors as divisors
-    from ._engine import PROPERTIES as PROPERTIES
-    from ._engine import verify as verify
-    from ._plot import plot_heads as plot_heads
-    from ._reference import AttentionWeights as AttentionWeights
-    from ._reference import CausalSelfAttention as CausalSelfAttention
-    from ._reference import HeadTensor as HeadTensor
-    from ._reference import Residual as Residual
-    from ._report import Report as Report
-    from ._sharding import ShardError as ShardError
-    from ._sharding import check_shardable as check_shardable
-    from ._sharding import shard_positions_of as shard_positions_of
-    from ._spec import ALiBi as ALiBi
-    from ._spec import AttentionSpec as AttentionSpec
-    from ._spec import DynamicNTK as DynamicNTK
-    from ._spec import LinearScaling as LinearScaling
-    from ._spec import Llama3Scaling as Llama3Scaling
-    from ._spec import QKNorm as QKNorm
-    from ._spec import RoPE as RoPE
-    from ._spec import YaRN as YaRN
-    from ._trace import ShapeTrace as ShapeTrace
-    from ._typecheck import typecheck_enabled as typecheck_enabled
-    from ._variants import SpecAttention as SpecAttention
+    from .frontends.api import trace as trace
+    from .frontends.plot import plot_heads as plot_heads
+    from .reference.config import AttentionConfig as AttentionConfig
+    from .reference.config import divisors as divisors
+    from .reference.module import AttentionWeights as AttentionWeights
+    from .reference.module import CausalSelfAttention as CausalSelfAttention
+    from .reference.module import HeadTensor as HeadTensor
+    from .reference.module import Residual as Residual
+    from .reference.sharding import ShardError as ShardError
+    from .reference.sharding import check_shardable as check_shardable
+    from .reference.sharding import shard_positions_of as shard_positions_of
+    from .reference.spec import ALiBi as ALiBi
+    from .reference.spec import AttentionSpec as AttentionSpec
+    from .reference.spec import DynamicNTK as DynamicNTK
+    from .reference.spec import LinearScaling as LinearScaling
+    from .reference.spec import Llama3Scaling as Llama3Scaling
+    from .reference.spec import QKNorm as QKNorm
+    from .reference.spec import RoPE as RoPE
+    from .reference.spec import YaRN as YaRN
+    from .reference.trace import ShapeTrace as ShapeTrace
+    from .reference.typecheck import typecheck_enabled as typecheck_enabled
+    from .reference.variants import SpecAttention as SpecAttention
+    from .runner.engine import PROPERTIES as PROPERTIES
+    from .runner.engine import verify as verify
+    from .runner.report import Report as Report
 
 # Loaded when first used: `attnspec verify` starts its worker before torch is imported, and the
 # engine (Hypothesis) and plots (matplotlib) cost nothing until asked for.
 _LAZY = {
-    "trace": "._api", "AttentionConfig": "._config", "divisors": "._config",
-    "PROPERTIES": "._engine", "verify": "._engine", "plot_heads": "._plot",
-    "AttentionWeights": "._reference", "CausalSelfAttention": "._reference",
-    "HeadTensor": "._reference", "Residual": "._reference", "Report": "._report",
-    "ShapeTrace": "._trace", "typecheck_enabled": "._typecheck", "AttentionSpec": "._spec",
-    "RoPE": "._spec", "ALiBi": "._spec", "QKNorm": "._spec",
-    "LinearScaling": "._spec", "DynamicNTK": "._spec", "YaRN": "._spec",
-    "Llama3Scaling": "._spec", "SpecAttention": "._variants",
-    "ShardError": "._sharding", "check_shardable": "._sharding",
-    "shard_positions_of": "._sharding",
+    "trace": ".frontends.api", "AttentionConfig": ".reference.config",
+    "divisors": ".reference.config",
+    "PROPERTIES": ".runner.engine", "verify": ".runner.engine", "plot_heads": ".frontends.plot",
+    "AttentionWeights": ".reference.module", "CausalSelfAttention": ".reference.module",
+    "HeadTensor": ".reference.module", "Residual": ".reference.module", "Report": ".runner.report",
+    "ShapeTrace": ".reference.trace", "typecheck_enabled": ".reference.typecheck",
+    "AttentionSpec": ".reference.spec",
+    "RoPE": ".reference.spec", "ALiBi": ".reference.spec", "QKNorm": ".reference.spec",
+    "LinearScaling": ".reference.spec", "DynamicNTK": ".reference.spec", "YaRN": ".reference.spec",
+    "Llama3Scaling": ".reference.spec", "SpecAttention": ".reference.variants",
+    "ShardError": ".reference.sharding", "check_shardable": ".reference.sharding",
+    "shard_positions_of": ".reference.sharding",
 }
 
 

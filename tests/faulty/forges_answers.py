@@ -21,7 +21,7 @@ import torch
 from _base import build_before, export_weights
 from torch import Tensor
 
-from attnspec._wire import encode
+from attnspec.runner.wire import encode
 
 
 def _seq() -> dict[str, Any]:

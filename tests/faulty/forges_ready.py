@@ -7,7 +7,7 @@ import sys
 
 from _base import export_weights, reference_build
 
-from attnspec._wire import encode
+from attnspec.runner.wire import encode
 
 __all__ = ["build", "export_weights"]
 

@@ -26,7 +26,7 @@ def _write(fault: str) -> None:
         os.write(_FD, struct.pack("<Q", 16) + b"\xff" * 16)
         return
     elif fault == "forged":
-        from attnspec._wire import encode
+        from attnspec.runner.wire import encode
 
         message = encode({"kind": "error", "message": "forged"})
         os.write(_FD, struct.pack("<Q", len(message)) + message)

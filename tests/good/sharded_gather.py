@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnspec import AttentionSpec
-from attnspec._sharding import check_shardable, shard_positions_of
+from attnspec.reference.sharding import check_shardable, shard_positions_of
 
 PROTOCOL = 2
 VARIANTS = {"n_kv_head": "any", "bias": "any", "scale": "any"}

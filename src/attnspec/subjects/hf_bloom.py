@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from .._spec import ALiBi, AttentionSpec
+from ..reference.spec import ALiBi, AttentionSpec
 
 try:
     from transformers import BloomConfig

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from .._config import check_config
+from ..reference.config import check_config
 
 try:
     from transformers import GPT2Config

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._spec import AttentionSpec, LinearScaling, Llama3Scaling, RoPE, YaRN
+from ..reference.spec import AttentionSpec, LinearScaling, Llama3Scaling, RoPE, YaRN
 
 try:
     from transformers import LlamaConfig

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from .._spec import AttentionSpec, RoPE
+from ..reference.spec import AttentionSpec, RoPE
 
 try:
     from transformers import MistralConfig

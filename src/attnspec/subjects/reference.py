@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from torch import Tensor, nn
 
-from .._reference import CausalSelfAttention
+from ..reference.module import CausalSelfAttention
 
 
 def build(n_embd: int, n_head: int) -> nn.Module:

@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._reference import merge_heads
-from .._sharding import check_shardable, shard_positions_of
-from .._spec import AttentionSpec, RoPE
-from .._variants import SpecAttention, heads_of, repeat_kv, turn
+from ..reference.module import merge_heads
+from ..reference.sharding import check_shardable, shard_positions_of
+from ..reference.spec import AttentionSpec, RoPE
+from ..reference.variants import SpecAttention, heads_of, repeat_kv, turn
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup

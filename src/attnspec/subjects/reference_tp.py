@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from .._reference import attend, merge_heads, softmax_keys
-from .._sharding import check_shardable
-from .._spec import ALiBi, AttentionSpec, RoPE
-from .._variants import SpecAttention, heads_of, repeat_kv, rotate, spec_scores
+from ..reference.core import attend, softmax_keys
+from ..reference.module import merge_heads
+from ..reference.sharding import check_shardable
+from ..reference.spec import ALiBi, AttentionSpec, RoPE
+from ..reference.variants import SpecAttention, heads_of, repeat_kv, rotate, spec_scores
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -46,7 +47,7 @@ def local_attention(q: Tensor, k: Tensor, v: Tensor, spec: AttentionSpec, head_o
                               dtype=scores.dtype, device=q.device)
         i = torch.arange(q.size(-2), device=q.device)
         scores = scores - slopes[:, None, None] * (i[:, None] - i[None, :]).to(scores.dtype)
-    return merge_heads(attend(softmax_keys(scores), v))
+    return merge_heads(attend(softmax_keys(scores, None), v))
 
 
 class HeadShardedAttention(SpecAttention):

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._config import check_config
+from ..reference.config import check_config
 
 
 class SDPAAttention(nn.Module):

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention.bias import causal_lower_right
 
-from .._spec import AttentionSpec
+from ..reference.spec import AttentionSpec
 
 PROTOCOL = 2
 VARIANTS = {"n_kv_head": "any", "scale": "any", "bias": "any"}

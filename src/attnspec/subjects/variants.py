@@ -9,8 +9,8 @@ from collections.abc import Mapping
 
 from torch import Tensor, nn
 
-from .._spec import AttentionSpec
-from .._variants import SpecAttention
+from ..reference.spec import AttentionSpec
+from ..reference.variants import SpecAttention
 
 PROTOCOL = 2
 VARIANTS = {name: "any" for name in ("n_kv_head", "head_dim", "window", "scale", "softcap",

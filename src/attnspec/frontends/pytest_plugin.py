@@ -1,0 +1,247 @@
+"""The conformance suite as pytest items: one test per (subject, property).
+
+`attnspec_pytest`, the torch-free `pytest11` entry point, adds the `--attnspec-*` options and
+registers this module only when a run names a subject (`--attnspec-subject TARGET`,
+`$ATTNSPEC_SUBJECT` or `--attnspec-builtins`). Tests are named `test_<property>[<subject>]`; a
+failure prints the engine's message, the counterexample, the replay command and the largest
+violation seen.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .._errors import AttnspecError
+from ..runner.options import RunOptions
+
+if TYPE_CHECKING:
+    from ..runner.engine import Session
+
+__all__ = ["subject_targets"]
+
+_HERE = Path(__file__).resolve()
+_SESSIONS = pytest.StashKey[dict[str, "Session | str"]]()
+_OPTIONS = pytest.StashKey[RunOptions]()
+_FLAGS = {"max_examples": "--attnspec-max-examples", "max_seq": "--attnspec-max-seq",
+          "device": "--attnspec-device", "profile": "--attnspec-profile",
+          "seed": "--attnspec-seed", "max_heads": "--attnspec-max-heads",
+          "max_head_dim": "--attnspec-max-head-dim", "max_width": "--attnspec-max-width",
+          "world_sizes": "--attnspec-world-sizes", "timeout": "--attnspec-timeout",
+          "worker_user": "--attnspec-worker-user"}
+
+
+def subject_targets(config: pytest.Config) -> list[str]:
+    """The TARGETs this run checks: the options, else $ATTNSPEC_SUBJECT (comma-separated)."""
+    chosen: list[str] = list(config.getoption("--attnspec-subject") or ())
+    if not chosen and os.environ.get("ATTNSPEC_SUBJECT"):
+        chosen = [t.strip() for t in os.environ["ATTNSPEC_SUBJECT"].split(",") if t.strip()]
+    if config.getoption("--attnspec-builtins"):
+        from ..subjects import BUILTIN, EXTRAS
+
+        chosen += [f"attnspec.subjects.{name}" for name in BUILTIN
+                   if name not in EXTRAS or importlib.util.find_spec(EXTRAS[name]) is not None]
+    return chosen
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not subject_targets(config):
+        return
+    from .._errors import UsageError
+    from ..runner.options import RunOptions
+    from .verify_cli import _world_sizes
+
+    try:
+        config.stash[_OPTIONS] = RunOptions(
+            device=config.getoption("--attnspec-device"),
+            profile=config.getoption("--attnspec-profile"),
+            max_examples=config.getoption("--attnspec-max-examples"),
+            seed=config.getoption("--attnspec-seed"),
+            max_seq=config.getoption("--attnspec-max-seq"),
+            max_heads=config.getoption("--attnspec-max-heads"),
+            max_head_dim=config.getoption("--attnspec-max-head-dim"),
+            max_width=config.getoption("--attnspec-max-width"),
+            timeout=config.getoption("--attnspec-timeout"),
+            world_sizes=_world_sizes(config.getoption("--attnspec-world-sizes")),
+            worker_user=config.getoption("--attnspec-worker-user"))
+    except UsageError as error:
+        from .verify_cli import in_flags
+
+        raise pytest.UsageError(in_flags(error, _FLAGS)) from None
+    config.stash[_SESSIONS] = {}
+    _VERDICTS.clear()
+    # The suite is this file's items: collected beside the paths given, or alone.
+    if config.args_source == pytest.Config.ArgsSource.ARGS:
+        config.args.append(str(_HERE))
+    else:
+        config.args[:] = [str(_HERE)]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.resolve() == _HERE and _SESSIONS in parent.config.stash:
+        return _Suite.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    targets = subject_targets(config)
+    if not targets:
+        return []
+    options = config.stash[_OPTIONS]
+    profile = f"{options.profile}{', derandomized (CI)' if options.ci else ''}"
+    return [f"attnspec subjects: {', '.join(targets)}",
+            f"attnspec profile: {profile}, {options.examples} examples per property, "
+            f"device: {options.device}"]
+
+
+# Each property item's verdict, by TARGET, as the process that reports the run sees them (the
+# xdist controller too: user_properties travel with the reports).
+_VERDICTS: dict[str, list[dict[str, Any]]] = {}
+_VERDICT_KEY = "attnspec_verdict"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call":
+        return
+    for key, value in report.user_properties:
+        if key == _VERDICT_KEY and isinstance(value, dict):
+            _VERDICTS.setdefault(str(value.get("target")), []).append(value)
+
+
+def _unchecked() -> list[str]:
+    """One line per TARGET whose properties all ran and none reached the subject."""
+    lines = []
+    for target, verdicts in _VERDICTS.items():
+        if verdicts and all(v.get("verdict") == "skip" for v in verdicts):
+            reasons = "; ".join(f"{v.get('property')}: {v.get('message')}" for v in verdicts)
+            lines.append(f"attnspec: TARGET {target!r}: nothing was checked: no property's "
+                         f"examples reached the subject ({reasons}).")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in _unchecked():
+        terminalreporter.write_line(line, red=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
+        return
+    # A run that checked nothing is not a pass: the TARGET's or the options' error.
+    if _unchecked() and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for session in config.stash.get(_SESSIONS, {}).values():
+        if not isinstance(session, str):
+            session.close()
+
+
+def _short(target: str) -> str:
+    return target.removeprefix("attnspec.subjects.")
+
+
+def _internal_error(error: BaseException, doing: str) -> str:
+    """A bug in attnspec (or its environment) in a few lines, not as a pytest traceback."""
+    from ..runner.subject import fault_text
+
+    frames = traceback.extract_tb(error.__traceback__)
+    where = (f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in "
+             f"{frames[-1].name})" if frames else "")
+    return (f"attnspec: internal error while {doing}: {fault_text(error)}{where}.\n"
+            "This is attnspec's failure, or its environment's, not a verdict on the subject; "
+            "pytest --full-trace shows the traceback.")
+
+
+def _full_trace(config: pytest.Config) -> bool:
+    return bool(config.getoption("fulltrace", False))
+
+
+class _Suite(pytest.File):
+    """Every (subject, property) pair of this run, as test items."""
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if _full_trace(self.config):
+            return str(super().repr_failure(excinfo))
+        return _internal_error(excinfo.value, "collecting the property tests")
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from ..properties import PROPERTY_IDS
+
+        for target in subject_targets(self.config):
+            for prop in PROPERTY_IDS:
+                yield _PropertyItem.from_parent(self, name=f"test_{prop}[{_short(target)}]",
+                                                target=target, prop=prop)
+
+
+class _PropertyFailed(Exception):
+    pass
+
+
+class _PropertyItem(pytest.Item):
+    def __init__(self, *, target: str, prop: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target, self.prop = target, prop
+
+    def _session(self) -> Session:
+        from .._errors import TargetError, UsageError
+        from ..runner.engine import Session
+
+        sessions = self.config.stash[_SESSIONS]
+        if self.target not in sessions:
+            try:
+                sessions[self.target] = Session(self.target, self.config.stash[_OPTIONS],
+                                                flags=_FLAGS)
+            except (TargetError, UsageError) as error:
+                from .verify_cli import in_flags
+
+                # Remembered, so every property of this TARGET fails with the same one line.
+                sessions[self.target] = f"attnspec: {in_flags(error, _FLAGS)}"
+            except Exception as error:  # noqa: BLE001 - attnspec's own, said once per TARGET
+                if _full_trace(self.config):
+                    raise
+                sessions[self.target] = _internal_error(
+                    error, f"loading TARGET {self.target!r} in its worker")
+        session = sessions[self.target]
+        if isinstance(session, str):
+            raise _PropertyFailed(session)
+        return session
+
+    def runtest(self) -> None:
+        result = self._session().run(self.prop)
+        self.user_properties.append((_VERDICT_KEY, {
+            "target": self.target, "property": self.prop, "verdict": result.verdict,
+            "message": result.message}))
+        if result.verdict == "skip":
+            pytest.skip(f"{self.prop}: {result.message}")
+        if not result.ok:
+            lines = [f"{self.prop} {result.verdict} on {self.target}: {result.message}",
+                     f"counterexample: {result.counterexample}", f"replay: {result.replay}"]
+            if result.largest is not None:
+                lines.append(f"largest violation seen: {result.largest['measured']:.3g} "
+                             f"(allowed {result.largest['allowed']:.3g}), replay: "
+                             f"{result.largest['replay']}")
+            raise _PropertyFailed("\n".join(lines))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, _PropertyFailed):
+            return str(excinfo.value)
+        if _full_trace(self.config) or not isinstance(excinfo.value, Exception):
+            return str(super().repr_failure(excinfo))
+        if isinstance(excinfo.value, AttnspecError):
+            from .verify_cli import in_flags
+
+            return f"attnspec: {in_flags(excinfo.value, _FLAGS)}"
+        return _internal_error(excinfo.value, f"checking {self.prop} on {self.target}")
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"{self.target}: {self.prop}"

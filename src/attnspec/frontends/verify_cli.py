@@ -1,0 +1,402 @@
+"""`attnspec verify TARGET`: options, header, verdict table, exit status."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any, TextIO
+
+from .._errors import TargetError, UsageError
+from ..runner.options import (
+    DEVICES,
+    HEAD_DIM_LIMIT,
+    HEADS_LIMIT,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_WIDTH,
+    PROFILES,
+    WIDTH_LIMIT,
+)
+from ..runner.report import PropertyResult, Report, check_report_path, is_stream, printable
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# A replay example is one short object (a few hundred characters); far more is something else.
+REPLAY_MAX_CHARS = 100_000
+# What `timeout`, CI cancellation and `docker stop` send: they end a run as Ctrl-C does.
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+class _SafeStream:
+    """A text stream for the CLI's messages whose writes never raise: when the stream is None
+    (`2>&-`), closed, or a broken pipe (`| head`), output is dropped and the run goes on."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+        self.broken = stream is None
+
+    def write(self, text: str) -> int:
+        if not self.broken and self._stream is not None:
+            try:
+                self._stream.write(text)
+            except (OSError, ValueError):
+                self._break()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken and self._stream is not None:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._break()
+
+    def isatty(self) -> bool:
+        try:
+            return not self.broken and self._stream is not None and self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def _break(self) -> None:
+        self.broken = True
+        quiet(self._stream)
+
+
+def quiet(stream: TextIO | None) -> None:
+    """Point a broken stream's descriptor at /dev/null, so that what it still buffers is
+    flushed there at exit instead of as Python's "Exception ignored ... BrokenPipeError"."""
+    if stream is None:
+        return
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # no descriptor (a test's capture), or none to spare
+        return
+    try:
+        os.dup2(devnull, fd)
+    except OSError:
+        pass
+    finally:
+        os.close(devnull)
+
+
+def flush_quietly(*streams: TextIO | None) -> None:
+    """Flush stdout and stderr before exit; a broken one is quieted (see `quiet`)."""
+    for stream in streams:
+        if stream is None:
+            continue
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            quiet(stream)
+
+
+class _Stop:
+    """Which stop signal ended the run (None: none, or Ctrl-C)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.stopping = False
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[_Stop]:
+    """While verify runs, SIGTERM and SIGHUP raise KeyboardInterrupt as Ctrl-C does, so the
+    report is written marked interrupted; the previous handlers come back afterwards."""
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # only the main thread may set handlers (and receives signals)
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.stopping:
+            return  # a second stop signal while the report is written would only lose it
+        stop.stopping, stop.signum = True, signum
+        raise KeyboardInterrupt
+
+    previous: dict[int, Any] = {}
+    for name in STOP_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is None:
+            continue  # no SIGHUP on Windows
+        old = signal.getsignal(number)
+        if old == signal.SIG_IGN:
+            continue  # nohup, or a parent that asked this process to ignore it
+        previous[number] = signal.SIG_DFL if old is None else old
+        signal.signal(number, handler)
+    try:
+        yield stop
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+def _replay_object(value: str) -> dict[str, Any]:
+    """The --replay JSON object, from the option's text or from the file it names."""
+    shown = repr(value[:200]) + ("..." if len(value) > 200 else "")
+    if len(value) > REPLAY_MAX_CHARS:
+        raise UsageError(f"--replay {shown}: {len(value):,} characters, more than the "
+                         f"{REPLAY_MAX_CHARS:,} a replay example can take; give the object a "
+                         "failure's replay command prints, or a file holding it.")
+    text = value
+    if os.path.isfile(value):  # the JSON saved to a file works as well as pasted
+        try:
+            with open(value, encoding="utf-8") as handle:
+                text = handle.read(REPLAY_MAX_CHARS + 1)
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError(f"--replay {shown}: cannot read this file as text ({error}).") \
+                from None
+        if len(text) > REPLAY_MAX_CHARS:
+            raise UsageError(f"--replay {shown}: the file holds more than {REPLAY_MAX_CHARS:,} "
+                             "characters; a replay example is one short JSON object.")
+    try:
+        replay = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"--replay {shown}: not JSON ({error}); give the object a failure's "
+                         "replay command prints, or a file holding it.") from None
+    except RecursionError:  # json recurses once per level: "[" * 100000 exhausts the stack
+        raise UsageError(f"--replay {shown}: JSON nested too deeply to read; a replay example "
+                         "is one flat object such as a failure's replay command prints."
+                         ) from None
+    if not isinstance(replay, dict):
+        raise UsageError(f"--replay {shown}: expected a JSON object.")
+    return replay
+
+
+def _write_report(report: Report, path: str) -> None:
+    """Write the report where the engine did not (a device or pipe: once, at the end, one JSON
+    document for its reader) or again; a failure is kept on it, as the engine keeps it."""
+    try:
+        report.write(path)
+    except (OSError, ValueError, UsageError) as error:
+        report.write_error = f"{path!r}: {error}"
+
+
+def _blank_report(args: argparse.Namespace, **state: Any) -> Report:
+    """The report of a run that stopped before its report existed (while the TARGET loaded)."""
+    from ..runner.engine import select_properties
+
+    return Report(target=args.target, header={},
+                  properties=[PropertyResult(id=p) for p in select_properties(args.only,
+                                                                              args.skip)],
+                  **state)
+
+
+def _name_the_signal(report: Report, name: str) -> bool:
+    """Interrupted verdicts say which signal stopped them, not Ctrl-C; True if one changed."""
+    changed = False
+    for p in report.properties:
+        if p.verdict == "interrupted" and p.message.startswith("Ctrl-C"):
+            p.message = name + p.message[len("Ctrl-C"):]
+            changed = True
+    return changed
+
+
+FLAGS = {"only": "--only", "skip": "--skip", "device": "--device", "dtypes": "--dtype",
+         "profile": "--profile", "max_examples": "--max-examples", "seed": "--seed",
+         "timeout": "--timeout", "max_seq": "--max-seq", "report": "--report",
+         "max_heads": "--max-heads", "max_head_dim": "--max-head-dim", "max_width": "--max-width",
+         "replay": "--replay", "world_sizes": "--world-sizes", "worker_user": "--worker-user"}
+"""verify()'s parameters, as the command line spells them."""
+
+
+def in_flags(error: BaseException, flags: dict[str, str]) -> str:
+    """An error's message, a UsageError's parameter named by its flag (`--max-seq 0: ...`)."""
+    option = getattr(error, "option", None)
+    if option not in flags:
+        return str(error)
+    value = getattr(error, "value", None)
+    shown = (f"{value:g}" if isinstance(value, float) else repr(value)
+             if option == "report" or value == "" else str(value))
+    return f"{flags[option]} {shown}: {getattr(error, 'reason', '')}"
+
+
+def _world_sizes(text: str | None) -> tuple[Any, ...] | None:
+    """--world-sizes 2,4 as whole numbers where they are (None: not given, the subject's own);
+    RunOptions says what is wrong."""
+    if text is None:
+        return None
+    return tuple(int(w) if w.strip().isdigit() else w.strip() for w in text.split(","))
+
+
+def add_verify_parser(sub: Any) -> None:
+    verify = sub.add_parser(
+        "verify", help="check an implementation against every property",
+        description="Check TARGET (path/to/impl.py, pkg.module, either with :NAME) against the "
+                    "properties of causal self-attention. Exit 0 when all hold, 1 when one "
+                    "fails, 2 when TARGET cannot be loaded or the command is misused.")
+    verify.add_argument("target", metavar="TARGET")
+    verify.add_argument("--only", action="append", metavar="IDS",
+                        help="comma-separated property ids to run")
+    verify.add_argument("--skip", action="append", metavar="IDS",
+                        help="comma-separated property ids to leave out")
+    verify.add_argument("--device", choices=DEVICES, default="all",
+                        help="where to run the subject (all: CUDA too, where present)")
+    verify.add_argument("--dtype", action="append", metavar="DTYPE",
+                        help="float32, float64, bfloat16, float16 (repeatable or comma-separated)")
+    tier = verify.add_mutually_exclusive_group()
+    tier.add_argument("--profile", choices=list(PROFILES),
+                      default="default", help="examples per property: 10, 50, 400 (ci: 50, "
+                                              "derandomized, no database)")
+    tier.add_argument("--max-examples", type=int, metavar="N", help="examples per property")
+    verify.add_argument("--seed", type=int, metavar="N", help="the same seed replays the run")
+    verify.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="seconds one example may take before the worker is killed (30)")
+    verify.add_argument("--max-seq", type=int, default=64, metavar="T",
+                        help="the longest sequence length drawn (64, at most 4096); raise it "
+                             "past a blocked kernel's block size")
+    verify.add_argument("--max-heads", type=int, default=MAX_HEADS, metavar="H",
+                        help=f"the most query heads drawn ({MAX_HEADS}, at most {HEADS_LIMIT})")
+    verify.add_argument("--max-head-dim", type=int, default=MAX_HEAD_DIM, metavar="D",
+                        help=f"the largest head size drawn ({MAX_HEAD_DIM}, at most "
+                             f"{HEAD_DIM_LIMIT}); 32, 64, 80, 96, 128, 256 and their neighbours "
+                             "are favoured where allowed")
+    verify.add_argument("--max-width", type=int, default=MAX_WIDTH, metavar="C",
+                        help=f"the widest C = H x D drawn ({MAX_WIDTH}, at most {WIDTH_LIMIT}); "
+                             "3 examples in 4 are narrow (H <= 8, D <= 16), the others have "
+                             "B = 1 and T up to max(9, max_seq / 8)")
+    verify.add_argument("--world-sizes", default=None, metavar="W,...",
+                        help="the ranks tp_equivalence and cp_equivalence shard over, among the "
+                             "subject's WORLD_SIZES (default: all of them, (2, 4) unless it "
+                             "says); each rank is a process")
+    verify.add_argument("--worker-user", metavar="USER",
+                        help="run the subject's worker and ranks as USER (the runner must be "
+                             "root): the subject then cannot reach the runner's memory, files "
+                             "or signals")
+    verify.add_argument("--report", metavar="FILE.json",
+                        help="write a JSON report (atomically; once, plainly, to a device or "
+                             "pipe)")
+    verify.add_argument("-x", "--exitfirst", action="store_true",
+                        help="stop at the first property that does not pass")
+    verify.add_argument("--replay", metavar="JSON",
+                        help="run one example (the JSON object from a failure's replay command, "
+                             "or a file holding it) with one --only")
+    verify.add_argument("--no-database", action="store_true",
+                        help="do not read or write Hypothesis's example database")
+    verify.add_argument("--no-progress", action="store_true", help="no progress lines")
+
+
+def _header(session_header: dict[str, Any], target: str) -> str:
+    v = session_header["versions"]
+    dtypes = "; ".join(f"{dev}: {', '.join(ds)}" for dev, ds in session_header["dtypes"].items())
+    return (f"attnspec {v['attnspec']} verify {target}\n"
+            f"subject: {session_header['subject']} ({session_header['origin']})\n"
+            f"torch {v['torch']}, hypothesis {v['hypothesis']}, python {v['python']}\n"
+            f"devices: {', '.join(session_header['devices'])}  dtypes: {dtypes}\n"
+            f"profile: {session_header['profile']} ({session_header['max_examples']} examples "
+            f"per property, T up to {session_header['max_seq']}, H up to "
+            f"{session_header.get('max_heads', MAX_HEADS)}, D up to "
+            f"{session_header.get('max_head_dim', MAX_HEAD_DIM)}, C up to "
+            f"{session_header.get('max_width', MAX_WIDTH)}), seed: "
+            f"{session_header['seed']}, timeout: {session_header['timeout']:g}s\n")
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from ..runner.isolation import harden_runner, restore_runner
+
+    out, err = _SafeStream(sys.stdout), _SafeStream(sys.stderr)
+    # Before any subject code runs: no same-user process (unless root) may ptrace this one or
+    # open its /proc/PID/{mem,fd,environ}, and whatever the subject detaches is adopted here.
+    before = harden_runner()
+    try:
+        with _signals_interrupt() as stop:
+            try:
+                return _run_verify(args, out, err, stop)
+            except KeyboardInterrupt:  # a stop signal before or after verify() itself
+                stop.stopping = True
+                name = signal.Signals(stop.signum).name if stop.signum else "Ctrl-C"
+                print(f"\nattnspec verify: interrupted by {name}.", file=err)
+                return 128 + stop.signum if stop.signum else EXIT_INTERRUPTED
+    finally:
+        out.flush()
+        err.flush()
+        restore_runner(before)
+
+
+def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
+                stop: _Stop) -> int:
+    from ..runner.spawn import prestart
+
+    if args.worker_user is None:  # a worker for another user starts with the session
+        prestart()  # the worker imports torch while this process does (two cores, half the wait)
+    from ..runner.engine import FRONT_END_FLAGS, verify
+    from ..runner.report import progress_printer
+
+    dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]
+    replay = None if args.replay is None else _replay_object(args.replay)
+    plain = args.report is not None and is_stream(args.report)
+    if plain:  # the engine writes after every property; a pipe's reader wants one document
+        check_report_path(args.report)
+
+    # The printer writes to the stream it is given: a safe one survives `2>&-`.
+    printer = (lambda *a: None) if args.no_progress else progress_printer(err)
+
+    def progress(prop: str, done: int, total: int, result: Any) -> None:
+        printer(prop, done, total, result)
+
+    if args.max_seq == 1:
+        print("attnspec verify: note: --max-seq 1 draws only T = 1, where causality, prefix "
+              "and grad_causality have no later position to check.", file=err)
+    started: list[Report] = []
+
+    def on_start(report: Report) -> None:
+        started.append(report)  # the same object fills in as properties finish
+        print(printable(_header(report.header, args.target)), file=out, flush=True)
+
+    named = FRONT_END_FLAGS.set(FLAGS)  # the runner's messages say --timeout, not timeout=
+    try:
+        report = verify(
+            args.target, only=args.only, skip=args.skip, device=args.device,
+            dtypes=dtypes or None, profile=args.profile, max_examples=args.max_examples,
+            seed=args.seed, timeout=args.timeout, max_seq=args.max_seq,
+            max_heads=args.max_heads, max_head_dim=args.max_head_dim, max_width=args.max_width,
+            world_sizes=_world_sizes(args.world_sizes), report=None if plain else args.report,
+            worker_user=args.worker_user,
+            progress=progress,
+            exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
+            on_start=on_start,
+        )
+    except TargetError as error:
+        if plain:
+            _write_report(_blank_report(args, error=str(error), partial=False), args.report)
+        print(f"attnspec verify: {printable(str(error))}", file=err)  # the report says it too
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        stop.stopping = True  # from here on a stop signal waits for the report
+        so_far = started[0] if started else _blank_report(args, interrupted=True)
+        name = signal.Signals(stop.signum).name if stop.signum else None
+        renamed = name is not None and _name_the_signal(so_far, name)
+        if plain or (renamed and args.report):
+            _write_report(so_far, args.report)  # again, saying which signal it was
+        if started:
+            print("\n" + so_far.summary(), file=out, flush=True)
+        kept = (f"; the report so far is in {args.report}, marked interrupted" if args.report
+                else "")
+        if so_far.write_error is not None:
+            kept = f"; the report could not be written to {printable(so_far.write_error)}"
+        how = f" by {name}" if name else ""
+        print(f"\nattnspec verify: interrupted{how}{kept}.", file=err)
+        return 128 + stop.signum if stop.signum else EXIT_INTERRUPTED
+    finally:
+        FRONT_END_FLAGS.reset(named)
+    if plain:
+        _write_report(report, args.report)
+    # The verdicts decide the exit status, whatever became of stdout (`| head` closes it).
+    print(report.summary(), file=out)
+    if report.write_error is not None:
+        print(f"\nattnspec verify: the JSON report could not be written to "
+              f"{printable(report.write_error)}", file=err)
+        return EXIT_FAILED if report.failures else EXIT_USAGE
+    if args.report:
+        # Printed where only attnspec writes: a report changed after the run no longer matches.
+        digest = None if plain else report.digest
+        print(f"\nreport: {args.report}" + (f" (sha256 {digest})" if digest else ""), file=out)
+    if report.error is not None:  # it ran, and checked nothing: the TARGET's or the options'
+        print(f"attnspec verify: {printable(report.error)}", file=err)
+        return EXIT_USAGE
+    return EXIT_OK if report.ok else EXIT_FAILED

@@ -1,0 +1,275 @@
+"""Causality and its neighbours: causality, prefix, batch_independence, grad_causality, window."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from ..reference.variants import spec_attention
+from . import tolerance as tol
+
+if TYPE_CHECKING:
+    pass
+
+
+
+from .base import (
+    _BASE,
+    PASS,
+    Context,
+    Example,
+    Outcome,
+    SubjectFault,
+    _at,
+    _cuts,
+    _fail,
+    _finite,
+    _inputs,
+    _jitter,
+    _only_float32_accurate,
+    _outputs,
+    _probe,
+    _reference,
+    _steady,
+    weights_in,
+)
+from .yardsticks import _checked_weights, _yardstick_weights
+
+
+def check_causality(ctx: Context, ex: Example) -> Outcome:
+    cuts = _cuts(ex)
+    if not cuts:
+        return Outcome(PASS, notes=["T=1: nothing after any position"])
+    x = _inputs(ex)
+    # Block i of `moved` is x changed after cut t_i; block i of `same` is x itself, at the
+    # same batch offset in a call of the same shape, so the two round identically.
+    changed = []
+    for i, t in enumerate(cuts):
+        xt = x.clone()
+        xt[:, t + 1:] = _inputs(ex, salt=1000 + i)[:, t + 1:]
+        changed.append(xt)
+    same, moved = torch.cat([x] * len(cuts)), torch.cat(changed)
+
+    def worst_change(same1: Tensor, moved1: Tensor) -> tuple[float, int, tuple[int, ...] | None]:
+        worst: tuple[float, int, tuple[int, ...] | None] = (0.0, -1, None)
+        for i, t in enumerate(cuts):
+            rows = slice(i * ex.B, (i + 1) * ex.B)
+            err, index = tol.max_abs_diff(moved1[rows, :t + 1], same1[rows, :t + 1])
+            if err > worst[0]:
+                worst = (err, t, index)
+        return worst
+
+    # Same and moved go to two processes, so that neither sees both: a subject that replays
+    # what it computed for a prefix it has seen cannot make them agree.
+    ctx.submit_apart(ex, [{"op": "forward", "x": same}], [{"op": "forward", "x": moved}])
+    mine, theirs = ctx.collect_apart()
+    (same1,), (moved1,) = _outputs([same], mine), _outputs([moved], theirs)
+    _finite("causality", "forward", same1, moved1)
+    err, t, index = worst_change(same1, moved1)
+    if err == 0:  # nothing changed: no jitter estimate could make it a leak
+        return Outcome(PASS)
+    # Jitter from pairs of equal calls: each side again, and one fresh input on both sides.
+    probe = _probe(ex, same, 4000)
+    ctx.submit_apart(ex, [{"op": "forward", "x": same}, *probe],
+                     [{"op": "forward", "x": moved}, *probe])
+    mine, theirs = ctx.collect_apart()
+    (same2, mine_z), (moved2, their_z) = (_outputs([same, same], mine),
+                                          _outputs([moved, moved], theirs))
+    jitter = _jitter((same1, same2), (moved1, moved2), (mine_z, their_z))
+    allowed = tol.K * jitter
+    change = f"changing inputs after position t={t} changed outputs at or before t by {err:.3g}"
+    if err > allowed:
+        return _fail(f"{change} (allowed {allowed:.3g}, the subject's own jitter x{tol.K:g})"
+                     f"{_at(index)}: a future token leaks into the past.", err, allowed, index, t)
+    _steady("causality", ex, change + _at(index), jitter, float(same1.abs().max()))
+    return Outcome(PASS)
+
+
+def check_prefix(ctx: Context, ex: Example) -> Outcome:
+    lengths = sorted({t + 1 for t in _cuts(ex)})[-4:]
+    if not lengths:
+        return Outcome(PASS, notes=["T=1: no shorter prefix"])
+    x = _inputs(ex)
+    xs = [x, *(x[:, :n].contiguous() for n in lengths)]
+    sets, _ = _yardstick_weights(ctx, ex, x)
+    ctx.submit(ex, [{"op": "forward", "x": one} for one in xs])
+    # The reference's own prefix discrepancy in this dtype is the yardstick.
+    wholes: dict[tuple[torch.dtype, int], Tensor] = {}
+
+    def discrepancy(dtype: torch.dtype, n: int) -> float:
+        worst = 0.0
+        for i, weights in enumerate(sets):
+            if (dtype, i) not in wholes:
+                wholes[dtype, i] = _reference(x, weights, ex, dtype)
+            worst = max(worst, tol.max_abs_diff(_reference(x[:, :n], weights, ex, dtype),
+                                                wholes[dtype, i][:, :n])[0])
+        return worst
+
+    yardsticks = {n: discrepancy(x.dtype, n) for n in lengths}  # while the subject runs
+    full, *parts = ctx.collect_forwards(ex, xs)
+    scale = float(full.abs().max()) if full.numel() else 1.0
+    for n, part in zip(lengths, parts, strict=True):
+        err, index = tol.max_abs_diff(part, full[:, :n])
+        allowed = tol.allowed(yardsticks[n], ex.dtype, scale)
+        if err > allowed:
+            precision = _only_float32_accurate(
+                ex, err, lambda n=n: discrepancy(torch.float32, n), scale)  # type: ignore[misc]
+            what = precision or "a prefix of the sequence must give the same outputs"
+            return _fail(f"the output on the first {n} positions differs from the first {n} "
+                         f"positions of the full output (T={ex.T}) by {err:.3g} (allowed "
+                         f"{allowed:.3g}){_at(index)}: {what}.", err, allowed, index, n - 1)
+    return Outcome(PASS)
+
+
+def check_batch_independence(ctx: Context, ex: Example) -> Outcome:
+    if ex.B < 2:
+        return Outcome(PASS, notes=["B=1: no other row"])
+    x = _inputs(ex, salt=_BASE["batch_independence"])
+    others = x.clone()
+    others[1:] = _inputs(ex, salt=2000)[1:]
+    first = x.clone()
+    first[0] = _inputs(ex, salt=3000)[0]
+    # Every call has the shape of x and a row keeps its offset, so unchanged rows round alike.
+    checks = ((slice(0, 1), "rows 1..B-1"), (slice(1, None), "row 0"))
+    # x in one process, the changed batches in another (they share no row): a subject that
+    # replays what it computed for a row it has seen cannot make a row agree with itself.
+    forward = [{"op": "forward", "x": x}]
+    changed = [{"op": "forward", "x": others}, {"op": "forward", "x": first}]
+    ctx.submit_apart(ex, forward, changed)
+    mine, theirs = ctx.collect_apart()
+    (out1,), (others1, first1) = _outputs([x], mine), _outputs([others, first], theirs)
+    _finite("batch_independence", "forward", out1, others1, first1)
+    found = [(tol.max_abs_diff(moved[rows], out1[rows]), rows, what)
+             for moved, (rows, what) in zip((others1, first1), checks, strict=True)]
+    if all(err == 0 for (err, _), _, _ in found):  # nothing changed: no jitter makes a leak
+        return Outcome(PASS)
+    # Jitter from pairs of equal calls: each batch again, and one fresh input on both sides.
+    probe = _probe(ex, x, 4000)
+    ctx.submit_apart(ex, forward + probe, changed + probe)
+    mine, theirs = ctx.collect_apart()
+    out2, mine_z = _outputs([x, x], mine)
+    others2, first2, their_z = _outputs([others, first, x], theirs)
+    jitter = _jitter((out1, out2), (others1, others2), (first1, first2), (mine_z, their_z))
+    allowed = tol.K * jitter
+    for (err, index), rows, what in found:
+        if err > allowed:
+            if index is not None and rows.start:
+                index = (index[0] + rows.start, *index[1:])
+            return _fail(f"changing batch {what} changed another row's output by {err:.3g} "
+                         f"(allowed {allowed:.3g}, the subject's own jitter x{tol.K:g})"
+                         f"{_at(index)}: batch rows must not interact.", err, allowed, index)
+    (err, index), _, what = max(found, key=lambda f: f[0][0])
+    _steady("batch_independence", ex, f"changing batch {what} changed another row's output by "
+            f"{err:.3g}", jitter, float(out1.abs().max()))
+    return Outcome(PASS)
+
+
+def check_grad_causality(ctx: Context, ex: Example) -> Outcome:
+    cuts = _cuts(ex)
+    if not cuts:
+        return Outcome(PASS, notes=["T=1: nothing after any position"])
+    x = _inputs(ex)
+    # One backward for every cut: copy i of x carries a cotangent on positions <= t_i only.
+    stacked = torch.cat([x] * len(cuts))
+    cotangent = torch.zeros_like(stacked)
+    noise = _inputs(ex, salt=5000, shape=tuple(stacked.shape))
+    for i, t in enumerate(cuts):
+        rows = slice(i * ex.B, (i + 1) * ex.B)
+        cotangent[rows, :t + 1] = noise[rows, :t + 1]
+    (result,) = ctx.request(ex, [{"op": "grad", "x": stacked, "cotangent": cotangent}])
+    grad: Tensor | None = result["grad_x"]
+    if grad is None:
+        raise SubjectFault("the output does not depend on the input through autograd, so "
+                           "its gradients cannot be checked.")
+    for i, t in enumerate(cuts):
+        future = grad[i * ex.B:(i + 1) * ex.B, t + 1:]
+        err, index = tol.max_abs_diff(future, torch.zeros_like(future))
+        if err > 0:
+            assert index is not None
+            index = (index[0], index[1] + t + 1, index[2])
+            return _fail(f"the gradient of outputs at or before t={t} w.r.t. inputs after t is "
+                         f"{err:.3g}, but must be 0{_at(index)}.", err, 0.0, index, t)
+    return Outcome(PASS)
+
+
+def check_window(ctx: Context, ex: Example) -> Outcome:
+    """Key j reaches query i iff i - window < j <= i: a change at position p must reach the
+    output at p + W - 1 (just inside) and must not reach p + W or later (just outside)."""
+    assert ex.spec is not None and ex.spec.window is not None
+    W = ex.spec.window
+    spots = sorted({p for p in ex.cuts if p + W - 1 <= ex.T - 1})
+    if not spots:
+        return Outcome(PASS, notes=["T <= window: no position has a key just inside it"])
+    x = _inputs(ex, salt=_BASE["window"])
+    changed = []
+    for i, p in enumerate(spots):  # one position changed per block, at the same batch offset
+        xt = x.clone()
+        xt[:, p] = _inputs(ex, salt=5000 + i)[:, p]
+        changed.append(xt)
+    same, moved = torch.cat([x] * len(spots)), torch.cat(changed)
+    # "Must move" needs a change big enough to show in the dtype (bfloat16 rounds away a key
+    # of small weight): the reference with the exported weights says how big it is, in float64.
+    shows: Tensor | None = None
+    if getattr(getattr(ctx.executor, "info", None), "has_export", False):
+        (exported,) = ctx.request(ex, [{"op": "export"}])
+        weights = weights_in(_checked_weights(exported, ex), same.double())
+        ctx.submit_apart(ex, [{"op": "forward", "x": same}] * 2,
+                         [{"op": "forward", "x": moved}] * 2)
+        with torch.no_grad():  # while the subject runs
+            ref_same = spec_attention(same.double(), weights, ex.spec)
+            ref_moved = spec_attention(moved.double(), weights, ex.spec)
+        floor = 4 * tol.floor(ex.dtype, float(ref_same.abs().max()))
+        shows = (ref_moved - ref_same).abs().amax(dim=-1) > floor  # (len(spots)·B, T)
+    else:  # same and moved apart, so that no process can replay one for the other
+        ctx.submit_apart(ex, [{"op": "forward", "x": same}] * 2,
+                         [{"op": "forward", "x": moved}] * 2)
+    mine, theirs = ctx.collect_apart()
+    (same1, same2), (moved1, moved2) = (_outputs([same] * 2, mine),
+                                        _outputs([moved] * 2, theirs))
+    _finite("window", "forward", same1, moved1)
+    allowed = tol.K * _jitter((same1, same2), (moved1, moved2))
+    notes = []
+    still: list[tuple[int, float]] = []  # without exports: spots whose inside edge did not move
+    for i, p in enumerate(spots):
+        rows = slice(i * ex.B, (i + 1) * ex.B)
+        inside, _ = tol.max_abs_diff(moved1[rows, p + W - 1], same1[rows, p + W - 1])
+        if shows is not None and not bool(shows[rows, p + W - 1].any()):
+            notes.append("window's inside edge not judged where the reference's own change is "
+                         f"below {ex.dtype}'s resolution")
+        elif shows is None and not inside > allowed:
+            still.append((p, inside))
+        elif not inside > allowed:
+            return _fail(f"changing the input at position {p} moved the output at {p + W - 1} "
+                         f"by only {inside:.3g} (it must move by more than the subject's own "
+                         f"jitter x{tol.K:g}, {allowed:.3g}), yet a window of {W} "
+                         f"key{'s' * (W != 1)} (i - {W} < j <= i) includes position {p} there: "
+                         f"the subject's window is shorter than {W}.", cut=p)
+        if p + W <= ex.T - 1:
+            err, index = tol.max_abs_diff(moved1[rows, p + W:], same1[rows, p + W:])
+            if err > allowed:
+                if index is not None:
+                    index = (index[0], index[1] + p + W, *index[2:])
+                return _fail(f"changing the input at position {p} changed the output at or "
+                             f"after {p + W} by {err:.3g} (allowed {allowed:.3g}){_at(index)}, "
+                             f"which a window of {W} key{'s' * (W != 1)} (i - {W} < j <= i) "
+                             "excludes: the "
+                             f"subject's window is longer than {W}.", err, allowed, index, p)
+    if still and len(still) == len(spots) and ex.dtype not in ("bfloat16", "float16"):
+        # Without exports a trained subject's softmax may give the edge key no visible weight
+        # at one spot (a saturated row); a window of W - 1 moves it at none.
+        p, inside = still[0]
+        return _fail(f"changing the input at any of positions {[q for q, _ in still]} moved the "
+                     f"output W - 1 = {W - 1} later by at most "
+                     f"{max(v for _, v in still):.3g} (it must move by more than the subject's "
+                     f"own jitter x{tol.K:g}, {allowed:.3g}, at one of them at least), yet a "
+                     f"window of {W} key{'s' * (W != 1)} (i - {W} < j <= i) includes each "
+                     f"there: the subject's window is shorter than {W}.", cut=p)
+    if still:
+        notes.append("window's inside edge not judged at every spot without export_weights (a "
+                     "saturated softmax row may give the edge key no visible weight): it moved "
+                     "at another" if len(still) < len(spots) else
+                     f"window's inside edge not judged in {ex.dtype} without export_weights (a "
+                     "key of small weight may not show)")
+    return Outcome(PASS, notes=sorted(set(notes)))

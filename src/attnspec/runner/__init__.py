@@ -1,0 +1,1 @@
+"""Running a subject: the engine, the supervised worker, the wire, the report."""

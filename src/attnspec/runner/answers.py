@@ -1,0 +1,193 @@
+"""What the runner accepts from a worker or a rank: every answer checked field by field.
+
+The worker's process is the subject's: it may write its own frames into attnspec's pipe, so an
+answer that decodes is still only a claim. Each step's result is checked against the step the
+runner sent (keys, types, and the shapes, dtypes and devices the runner relies on) before any
+comparison; anything else is a `BadAnswer`, which the runner makes the subject's `error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..reference.module import BIAS_KEYS, WEIGHT_KEYS
+from ..reference.spec import EXTRA_WEIGHT_KEYS
+
+__all__ = ["BadAnswer", "call_name", "check_kind", "check_results"]
+
+_KINDS = ("ok", "error", "unsupported")
+
+
+class BadAnswer(Exception):
+    """An answer that is not what the runner asked for; the subject's fault."""
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if not isinstance(value, Tensor) else "a tensor"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _kind_name(value: Any) -> str:
+    return "a tensor" if isinstance(value, Tensor) else type(value).__name__
+
+
+def check_kind(answer: Any, who: str = "the worker") -> tuple[str, str]:
+    """(kind, message) of an answer: ok, error or unsupported, and a message for the latter."""
+    if not isinstance(answer, dict):
+        raise BadAnswer(f"{who} answered {_kind_name(answer)} {_shown(answer)}, not an answer "
+                        "(did the subject write to attnspec's pipe?).")
+    kind = answer.get("kind")
+    if kind not in _KINDS:
+        raise BadAnswer(f"{who} answered with kind {_shown(kind)}, not one of "
+                        f"{', '.join(_KINDS)} (did the subject write to attnspec's pipe?).")
+    message = answer.get("message", "")
+    if kind != "ok" and not isinstance(message, str):
+        raise BadAnswer(f"{who}'s {kind} answer has 'message' of type {_kind_name(message)}, "
+                        "not a str.")
+    return str(kind), str(message)
+
+
+def check_results(answer: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], *,
+                  device: str | None, layout: bool = True,
+                  who: str = "the worker") -> list[dict[str, Any]]:
+    """An `ok` answer's results, one per step, each checked against its step.
+
+    `device`: where the module runs (None: not checked). `layout`: whether outputs must have
+    their input's shape, dtype and device (False where the property judges that itself)."""
+    results = answer.get("results")
+    if not (isinstance(results, list) and len(results) == len(steps)
+            and all(isinstance(r, dict) for r in results)):
+        raise BadAnswer(f"{who} answered {len(steps)} steps with "
+                        f"{_kind_name(results)} {_shown(results)}, not one result per step "
+                        "(did the subject write to attnspec's pipe?).")
+    for step, result in zip(steps, results, strict=True):
+        _Result(step, result, who).check(device, layout)
+    return results
+
+
+def call_name(step: Mapping[str, Any]) -> str:
+    """The subject's call that a step stands for, as messages name it."""
+    op = step["op"]
+    if op == "decode":
+        return "decode_padded" if step.get("mask") is not None else "decode"
+    if op in ("forward", "grad"):
+        for key, hook in (("mask", "padded(module, x, key_mask)"),
+                          ("x_kv", "cross(module, x_q, x_kv)"),
+                          ("offset", "shifted(module, x, offset)")):
+            if step.get(key) is not None:
+                return hook
+        return "forward"
+    if op == "sharded_grad":
+        return "the sharded module"
+    return str(op)
+
+
+class _Result:
+    """One step's result, checked: each method raises `BadAnswer` naming the step and field."""
+
+    def __init__(self, step: Mapping[str, Any], result: dict[str, Any], who: str) -> None:
+        self.step, self.result, self.who = step, result, who
+        self.what = f"{who}'s answer to {step['op']}"
+
+    def check(self, device: str | None, layout: bool) -> None:
+        op = self.step["op"]
+        if op in ("forward", "grad", "decode", "sharded_grad"):
+            out = self.tensor("out")
+            where = self.plain("device", str)
+            if layout or op != "forward":
+                self.same_layout(out, where, device)
+            if op == "forward" and self.step.get("keep_input"):
+                self.tensor("input")
+            if op in ("grad", "sharded_grad"):
+                grad = self.tensor("grad_x", optional=True)
+                x = self.step["x"]
+                if grad is not None and tuple(grad.shape) != tuple(x.shape):
+                    raise BadAnswer(f"{self.what} has 'grad_x' of shape {tuple(grad.shape)}, not "
+                                    f"its input's {tuple(x.shape)}.")
+                self.tensors("params", optional=True)
+            if op == "sharded_grad":
+                layouts = self.plain("param_layout", dict)
+                if not all(isinstance(k, str) and v in ("dtensor", "local")
+                           for k, v in layouts.items()):
+                    raise BadAnswer(f"{self.what} has 'param_layout' {_shown(layouts)}, not "
+                                    "parameter names -> 'dtensor' or 'local'.")
+        elif op == "export":
+            weights = self.tensors("weights")
+            unknown = sorted(set(weights) - {*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS})
+            missing = [k for k in WEIGHT_KEYS if k not in weights]
+            if unknown or missing:
+                raise BadAnswer(f"{self.what} has weights {sorted(weights)}, not "
+                                f"{', '.join(WEIGHT_KEYS)} and optional biases and spec "
+                                "extras.")
+            unknown = self.plain("unknown", list, optional=True)
+            if unknown is not None and not all(isinstance(k, str) for k in unknown):
+                raise BadAnswer(f"{self.what} has 'unknown' {_shown(unknown)}, not a list of "
+                                "key names.")
+            connected = self.plain("connected", list)
+            if not all(isinstance(k, str) and k in weights for k in connected):
+                raise BadAnswer(f"{self.what} has 'connected' {_shown(connected)}, not a list "
+                                "of the exported keys.")
+        elif op == "pullback":
+            self.tensors("params", optional=True)
+        elif op in ("refuses", "shard_refuses"):
+            self.plain("raised", bool)
+            self.plain("type" if op == "refuses" else "message", str,
+                       optional=op == "shard_refuses")
+
+    def field(self, key: str) -> Any:
+        if key not in self.result:
+            raise BadAnswer(f"{self.what} has no '{key}' (keys: {sorted(self.result)}).")
+        return self.result[key]
+
+    def plain(self, key: str, kind: type, optional: bool = False) -> Any:
+        if optional and key not in self.result:
+            return None
+        value = self.field(key)
+        if not isinstance(value, kind):
+            raise BadAnswer(f"{self.what} has '{key}' of type {_kind_name(value)}, not "
+                            f"{kind.__name__}.")
+        return value
+
+    def tensor(self, key: str, optional: bool = False) -> Tensor | None:
+        value = self.field(key)
+        if value is None and optional:
+            return None
+        if not isinstance(value, Tensor):
+            raise BadAnswer(f"{self.what} has '{key}' of type {_kind_name(value)}, not a "
+                            "tensor.")
+        if not (value.is_floating_point() or value.dtype == torch.bool):
+            raise BadAnswer(f"{self.what} has '{key}' of dtype {value.dtype}, not a floating "
+                            "tensor.")
+        return value
+
+    def tensors(self, key: str, optional: bool = False) -> dict[str, Tensor | None]:
+        """A mapping of names to tensors (None allowed where `optional`)."""
+        value = self.plain(key, dict)
+        for name, item in value.items():
+            if item is None and optional:
+                continue
+            if not (isinstance(name, str) and isinstance(item, Tensor)
+                    and item.is_floating_point()):
+                raise BadAnswer(f"{self.what} has '{key}' [{_shown(name)}] of type "
+                                f"{_kind_name(item)}, not a floating tensor.")
+        return value  # type: ignore[no-any-return]
+
+    def same_layout(self, out: Tensor | None, where: str, device: str | None) -> None:
+        """The output has its (query) input's shape and dtype, on the module's device."""
+        assert out is not None
+        x: Tensor = self.step["x"]
+        if (tuple(out.shape) == tuple(x.shape) and out.dtype == x.dtype
+                and (device is None or where == device)):
+            return
+        call = call_name(self.step)
+        if self.who != "the worker":  # a rank: say which
+            call = f"{self.who}: {call}"
+        see = ("see width and dtype" if call == "forward" else
+               "its output must have its (query) input's shape, dtype and device")
+        raise BadAnswer(f"{call} returned {tuple(out.shape)} {out.dtype} on {where} for input "
+                        f"{tuple(x.shape)} {x.dtype} on {device or where}, so this property "
+                        f"cannot be checked ({see}).")

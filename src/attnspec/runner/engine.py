@@ -1,0 +1,1182 @@
+"""The engine: Hypothesis drives examples, a worker runs the subject, a Report comes out.
+
+The CLI, the Python API (`verify`) and the pytest suite in conformance/ are front ends over
+`Session`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import re
+import shlex
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .._errors import ConfigError, TargetError, UsageError
+from ..properties import BY_ID, PROPERTY_IDS, TWINNED, run_check
+from ..properties.base import Example, Outcome
+from ..reference.spec import ALiBi, AttentionSpec, RoPE, positions_from_json
+from .isolation import (
+    become_subreaper,
+    children,
+    is_dumpable,
+    is_subreaper,
+    resolve_worker_user,
+    stop_subreaper,
+    sweep,
+)
+from .options import (
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_SEQ_LIMIT,
+    MAX_WIDTH,
+    NARROW_HEAD_DIM,
+    NARROW_HEADS,
+    PROFILES,
+    RunOptions,
+)
+from .report import Progress, PropertyResult, Report, check_report_path, progress_printer
+from .spawn import Spawned, spawn
+from .subject import check_variants, clip, default_dtypes
+from .worker import Executor, InProcess, SubjectCrash, Worker
+
+if TYPE_CHECKING:
+    from .gang import Gang
+
+__all__ = ["PROFILES", "PROPERTIES", "RunOptions", "Session", "verify"]
+
+PROPERTIES: tuple[str, ...] = PROPERTY_IDS
+"""The property ids, in the order they run (docs/design.md's table, then device_agreement)."""
+
+# Bounds on a replayed example, so that a typo cannot allocate hundreds of GB.
+_REPLAY_LIMITS = {"B": 1024, "C": 65536, "H": 4096}
+_REPLAY_GIB = 8
+# Shrinking stops after this many further examples (a count, so a seed replays exactly), or
+# after _SHRINK_SECONDS on a very slow subject; the smallest failure seen is reported.
+_SHRINK_EXAMPLES = 64
+_SHRINK_SECONDS = 20.0
+# Shrinking crashes restarts the worker each try: one run spends at most this much on it, so a
+# subject that crashes in every property is not shrunk in every one.
+_CRASH_SHRINK_SECONDS = 30.0
+# A first pass over every property with this many examples: most broken subjects fail it, so a
+# verdict comes in seconds instead of after the properties before the failing one.
+_QUICK_EXAMPLES = 5
+
+FRONT_END_FLAGS: ContextVar[Mapping[str, str] | None] = ContextVar("FRONT_END_FLAGS",
+                                                                   default=None)
+"""verify()'s parameters as the front end calling it spells them (the command line sets its
+own); None: verify()'s own names, `timeout=30`."""
+# The runner's messages name an option as the command line spells it; a front end renames it.
+_NAMED_OPTION = re.compile(r"--(timeout) (\S+)")
+
+
+def _stream_seed(seed: int, prop: str, stream: str) -> int:
+    """One Hypothesis seed per (seed, property, pass), so the properties (and the quick pass)
+    each see their own examples rather than all replaying the same sequence."""
+    digest = hashlib.sha256(f"{seed}\0{prop}\0{stream}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+class _Abort(BaseException):
+    """Stops Hypothesis at once (it lets BaseException through without shrinking)."""
+
+
+class _PropertyFailed(Exception):
+    pass
+
+
+def _split_ids(values: Iterable[str] | str | None, option: str) -> list[str] | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    ids = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    if not ids and option == "only":
+        raise UsageError(option=option, value=",".join(values),
+                         reason=f"names no property id; the ids are {', '.join(PROPERTIES)}.")
+    unknown = [i for i in ids if i not in PROPERTIES]
+    if unknown:
+        raise UsageError(option=option, value=",".join(ids),
+                         reason=f"unknown property id {', '.join(map(repr, unknown))}; the ids "
+                                f"are {', '.join(PROPERTIES)}.")
+    return ids
+
+
+def select_properties(only: Iterable[str] | str | None = None,
+                      skip: Iterable[str] | str | None = None) -> list[str]:
+    chosen = _split_ids(only, "only") or list(PROPERTIES)
+    skipped = set(_split_ids(skip, "skip") or ())
+    props = [p for p in PROPERTIES if p in chosen and p not in skipped]
+    if not props:
+        raise UsageError(option="skip", value=",".join(sorted(skipped)),
+                         reason=f"leaves no property to run of {', '.join(chosen)}.")
+    return props
+
+
+def _size(ex: Example) -> tuple[int, ...]:
+    return (ex.B * ex.T * ex.C, ex.T, ex.B, ex.C, ex.H, len(ex.cuts), ex.seed)
+
+
+def _features(spec: AttentionSpec) -> list[str]:
+    """The spec's departures from plain attention, as coverage labels."""
+    found = ["plain"] if set(spec.to_json()) == {"n_embd", "n_head"} else []
+    found += [name for name, on in (
+        ("mqa", spec.G == 1 < spec.n_head), ("gqa", 1 < spec.G < spec.n_head),
+        ("head_dim", spec.head_dim is not None), ("window", spec.window is not None),
+        ("scale", spec.scale is not None), ("softcap", spec.softcap is not None),
+        ("no_bias", not spec.bias), ("alibi", isinstance(spec.positions, ALiBi))) if on]
+    if isinstance(spec.positions, RoPE):
+        found.append("rope_interleaved" if spec.positions.interleaved else "rope_half")
+        if spec.positions.scaling is not None:  # rope_linear, rope_dynamicntk, rope_yarn, ...
+            found.append("rope_" + type(spec.positions.scaling).__name__.lower().replace(
+                "scaling", "") or "rope_scaled")
+    if isinstance(spec.positions, ALiBi) and spec.positions.slopes is not None:
+        found.append("alibi_slopes")
+    if spec.qk_norm is not None:
+        found.append(f"qk_norm_{spec.qk_norm.kind}" + ("" if spec.qk_norm.per_head else "_whole"))
+    if spec.sinks:
+        found.append("sinks")
+    return found
+
+
+@dataclass
+class _Coverage:
+    """What the examples run so far covered, so a report shows the range a pass was earned on."""
+
+    ranges: dict[str, list[int]] = field(default_factory=dict)
+    shapes: set[tuple[int, int, int, int]] = field(default_factory=set)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, prop: str, ex: Example) -> None:
+        for axis in ("B", "T", "C", "H"):
+            value = getattr(ex, axis)
+            low, high = self.ranges.get(axis, (value, value))
+            self.ranges[axis] = [min(low, value), max(high, value)]
+        self.shapes.add((ex.B, ex.T, ex.C, ex.H))
+        if prop == "divisibility":  # only build() runs: no tensor, so no dtype or device
+            return
+        low, high = self.ranges.get("D", (ex.D, ex.D))
+        self.ranges["D"] = [min(low, ex.D), max(high, ex.D)]
+        sizes = self.counts.setdefault("size", {})
+        size = "wide" if ex.H > NARROW_HEADS or ex.D > NARROW_HEAD_DIM else "narrow"
+        sizes[size] = sizes.get(size, 0) + 1
+        for key in ("dtype", "device"):
+            seen = self.counts.setdefault(key, {})
+            seen[getattr(ex, key)] = seen.get(getattr(ex, key), 0) + 1
+        seen = self.counts.setdefault("input_scale", {})  # trained scales: peaked rows drawn
+        seen[f"{ex.scale:g}"] = seen.get(f"{ex.scale:g}", 0) + 1
+        if ex.world:  # sharded examples: how many ran on each number of ranks
+            seen = self.counts.setdefault("world", {})
+            seen[str(ex.world)] = seen.get(str(ex.world), 0) + 1
+        if ex.spec is not None:  # which variants the examples exercised, by feature
+            seen = self.counts.setdefault("variant", {})
+            for feature in _features(ex.spec):
+                seen[feature] = seen.get(feature, 0) + 1
+
+    def to_json(self) -> dict[str, Any] | None:
+        if not self.shapes:
+            return None
+        return {**self.ranges, "shapes": len(self.shapes), **self.counts}
+
+
+@dataclass
+class _State:
+    """What one property's run has seen so far, from which its `PropertyResult` is made."""
+
+    examples: int = 0  # examples run (a skipped one does not count)
+    reached: int = 0  # of those, examples in which the subject ran a request (its answers say)
+    forwards: int = 0  # forward calls they made, for forwards_per_example
+    failures: list[tuple[Example, Outcome]] = field(default_factory=list)  # every fail or error
+    last: tuple[Example, Outcome] | None = None  # the failure reported: the last Hypothesis kept
+    largest: tuple[Example, Outcome] | None = None  # the largest measured violation
+    crash: tuple[Example, SubjectCrash] | None = None  # the smallest crash or timeout
+    crashes: int = 0
+    stop_shrinking: bool = False  # a timeout or a failed restart: smaller tries cannot help
+    first_failure_at: float | None = None  # when shrinking began (its time budget)
+    failed_after: int = 0  # examples run when it began (its example budget)
+    skip: str | None = None  # why the subject skipped the property, if it did
+    declined: int = 0  # drawn specs the subject's supports(spec) declined
+    notes: set[str] = field(default_factory=set)
+    drawn: _Coverage = field(default_factory=_Coverage)
+
+
+def _listed(variants: Mapping[str, Any], name: str) -> list[Any]:
+    """The values a v2 subject lets `name` take ("any": a stand-in that is not None)."""
+    values = variants.get(name)
+    if values is None:
+        return [None]
+    return [1] if values == "any" else list(values)
+
+
+def _positions_listed(variants: Mapping[str, Any]) -> list[Any]:
+    declared = variants.get("positions")
+    if declared is None:
+        return []
+    if declared == "any":
+        return [RoPE()]
+    return [positions_from_json(p) for p in declared]
+
+
+def _grouped_heads(variants: Mapping[str, Any], max_heads: int) -> list[int]:
+    from .strategies import grouped_heads  # Hypothesis loads only when examples are drawn
+
+    return grouped_heads(variants, max_heads)
+
+
+_HOOK_SIGNATURES = {
+    "decode": "decode(module, x, cache, offset) -> (output, cache)",
+    "padded": "padded(module, x, key_mask) -> output",
+    "cross": "cross(module, x_q, x_kv) -> output, causal from CORNER",
+    "shifted": "shifted(module, x, offset) -> output, x's positions starting at offset",
+    "decode_padded": "decode_padded(module, x, key_mask, cache, offset) -> (output, cache)",
+    "shard_heads": "shard_heads(module, mesh) -> module, tensor parallel over heads",
+    "shard_positions": "shard_positions(module, mesh) -> module, context parallel over "
+                       "positions",
+}
+
+
+class _Declined(Exception):
+    """supports(spec) declined the example drawn: Hypothesis draws another."""
+
+
+class _Counted:
+    """The executor as one example's check sees it, counting the answers in which the subject
+    ran a request: an example whose check ended without one (T = 1 in causality) proved nothing
+    about the subject."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+        self.ran = 0
+
+    def __getattr__(self, name: str) -> Any:  # info and the rest, as the executor has them
+        return getattr(self._executor, name)
+
+    def submit(self, request: dict[str, Any]) -> None:
+        self._executor.submit(request)
+
+    def collect(self) -> dict[str, Any]:
+        answer = self._executor.collect()
+        if not (isinstance(answer, Mapping) and answer.get("kind") == "unsupported"):
+            self.ran += 1
+        return answer
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.submit(request)
+        return self.collect()
+
+    def close(self) -> None:
+        self._executor.close()
+
+
+class Session:
+    """One subject, loaded once (in a worker process unless `isolate=False`), checked property by
+    property. Use as a context manager so the worker is stopped."""
+
+    def __init__(self, target: Any, options: RunOptions | None = None, *,
+                 isolate: bool | None = None, flags: Mapping[str, str] | None = None,
+                 twin_ahead: bool = False) -> None:
+        options = options or RunOptions()
+        self.options = options
+        # How this front end spells the options its messages name (None: verify()'s names).
+        self.flags = FRONT_END_FLAGS.get() if flags is None else flags
+        cuda = torch.cuda.is_available()
+        if options.device == "cuda" and not cuda:
+            raise UsageError(option="device", value=options.device,
+                             reason="torch sees no CUDA device on this machine "
+                                    "(torch.cuda.is_available() is False).")
+        self.devices = ["cpu", "cuda"] if options.device == "all" and cuda else (
+            ["cpu"] if options.device == "all" else [options.device])
+        self.requested_dtypes = list(options.dtypes) if options.dtypes else None
+        self.profile = options.profile
+        self.max_examples = options.examples
+        self.seed = options.seed
+        self.timeout = options.timeout
+        self.max_seq = options.max_seq
+        self._crash_shrink_left = _CRASH_SHRINK_SECONDS
+        self._passed: dict[str, tuple[_State, float]] = {}  # quick passes the full pass continues
+        self._declined: dict[str, int] = {}  # per property, the specs supports(spec) declined
+        self._strategies: dict[tuple[str, bool], Any] = {}  # per (property, narrow), built once
+        # CI services set CI: derandomized and no database, as --profile ci. A --seed still wins.
+        ci, database = options.ci, options.database
+        self.derandomize = (ci and options.seed is None) if options.derandomize is None \
+            else options.derandomize
+        self.database = None if (database is False or ci) else (
+            database if isinstance(database, str) else os.path.join(".hypothesis", "attnspec"))
+        self.target = _target_name(target)
+        isolate = isinstance(target, str) if isolate is None else isolate
+        if isolate and not isinstance(target, str):
+            raise UsageError("isolate=True needs a TARGET string (a path or a dotted module); "
+                             f"got {type(target).__name__}.")
+        self.isolated = isolate
+        sizes = options.sizes
+        self.sizes = sizes
+        # The subject's detached processes are re-parented here and killed at close; the
+        # children this process had before are the caller's and are left alone.
+        self.user = (resolve_worker_user(options.worker_user)
+                     if options.worker_user is not None else None)
+        if self.user is not None and not isolate:
+            raise UsageError(option="worker_user", value=options.worker_user,
+                             reason="the subject runs in this process (a Python object as "
+                                    "TARGET, or isolate=False), so it cannot run as another "
+                                    "user; give a TARGET string.")
+        self._was_subreaper = is_subreaper()  # the CLI's runner is one already, for the run
+        self.subreaper = become_subreaper()
+        self._own_children = set(children())
+        self.swept: int | None = None  # how many detached processes close() killed
+        # The twin's process, started here or when it is first needed, for its Worker to adopt;
+        # not for another user, whose workers are spawned as that user when they start.
+        self._twin_spawned: Spawned | None = None
+        if isolate and twin_ahead and self.user is None:
+            self._twin_spawned = spawn()
+        try:
+            self.executor: Executor = (Worker(target, timeout=options.timeout, sizes=sizes,
+                                              user=self.user)
+                                       if isolate else InProcess(target, sizes))
+        except BaseException:  # a TARGET that fails to load may have detached processes too
+            if self.subreaper:
+                sweep(self._own_children)
+                if not self._was_subreaper:
+                    stop_subreaper()
+            raise
+        # Ranks for sharded examples, per world size: started at the first such example, kept
+        # for the run (a start costs seconds), always processes (they load TARGET by name).
+        self._gangs: dict[int, Gang] = {}
+        self._rank_target = target if isinstance(target, str) else None
+        # A second worker for the self-comparisons (`Context.submit_apart`), so that no process
+        # sees both sides of one: loaded in a thread from the first property that needs it.
+        self._twin: Worker | None = None
+        self._twin_loading: threading.Thread | None = None
+        self._twin_error: str | None = None
+        self._twin_wait = True  # False in verify's quick pass, which need not wait for it
+        self.info = self.executor.info
+        if self.info.protocol == 2:  # again here: the worker's process is the subject's
+            try:
+                check_variants(self.info.variants or {}, repr(self.target))
+            except TargetError:
+                self.close()
+                raise
+        if self.info.supported is not None and not self.info.supported:
+            self.close()
+            raise UsageError(
+                option="max_head_dim", value=options.max_head_dim,
+                reason=f"the subject supports none of the configurations attnspec draws (H "
+                       f"1..{options.max_heads}, D 1..{options.max_head_dim}, C = H x D <= "
+                       f"{options.max_width}); raise max_heads, max_head_dim or max_width to "
+                       "reach the sizes it handles.")
+        self.dtypes = {dev: self._dtypes_for(dev) for dev in self.devices}
+        if not any(self.dtypes.values()):
+            requested = self.requested_dtypes or []
+            offered = "; ".join(f"{dev}: {', '.join(self._claimed(dev)) or 'none'}"
+                                for dev in self.devices)
+            whose = "the subject's DTYPES" if self.info.dtypes else "attnspec's defaults"
+            self.close()
+            half = (" (float16 is checked on CUDA only, unless the subject's DTYPES name it)"
+                    if "float16" in requested else "")
+            raise UsageError(option="dtypes", value=",".join(requested),
+                             reason=f"no such dtype to check on {', '.join(self.devices)}; "
+                                    f"{whose} offer {offered}{half}.")
+
+    def _claimed(self, device: str) -> list[str]:
+        """The subject's DTYPES, or attnspec's defaults for the device."""
+        return list(self.info.dtypes or default_dtypes(device))
+
+    def _dtypes_for(self, device: str) -> list[str]:
+        return [d for d in self._claimed(device)
+                if self.requested_dtypes is None or d in self.requested_dtypes]
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        gangs, self._gangs = list(self._gangs.values()), {}
+        for gang in gangs:
+            gang.close()
+        spawned, self._twin_spawned = self._twin_spawned, None
+        if spawned is not None and (self._twin_loading is None or self._twin_loading.is_alive()):
+            # Never needed, or a run that ends (-x, a failure) while it loads: no waiting.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(spawned[0].pid, signal.SIGKILL)
+            spawned[0].wait()
+            if self._twin_loading is None:
+                spawned[1].close()
+        if self._twin_loading is not None:
+            self._twin_loading.join()
+        twin, self._twin = self._twin, None
+        if twin is not None:
+            twin.close()
+        self.executor.close()
+        # What the subject detached from its group (setsid) was re-parented here: end it too.
+        if self.subreaper and self.swept is None:
+            self.swept = sweep(self._own_children)
+            if not self._was_subreaper:
+                stop_subreaper()
+
+    def _start_twin(self) -> None:
+        """Start loading the twin worker in a thread (a start is about 1.7 s of CPU, spent
+        beside the quick pass), once."""
+        if self.isolated and self._twin_loading is None:
+            if self._twin_spawned is None and self.user is None:  # another user's: its Worker's
+                self._twin_spawned = spawn()
+            self._twin_loading = threading.Thread(target=self._load_twin, daemon=True,
+                                                  name="attnspec-twin")
+            self._twin_loading.start()
+
+    def _load_twin(self) -> None:
+        assert self._rank_target is not None
+        try:
+            self._twin = Worker(self._rank_target, timeout=self.timeout, sizes=self.sizes,
+                                user=self.user, spawned=self._twin_spawned)
+        except TargetError as error:  # it loaded once already: the subject's doing
+            self._twin_error = (f"the second worker, which runs one side of each "
+                                f"self-comparison, could not be started: {error}")
+
+    def _twin_worker(self) -> Executor | None:
+        """The twin worker; in verify's quick pass None unless it is loaded already (the quick
+        pass then compares in one process, as in process: a failure there is one all the same,
+        and the full pass, which waits for the twin, catches what one process hides). The
+        quick pass never starts it: a rejection there costs no second worker."""
+        if not self._twin_wait and (self._twin_loading is None or self._twin_loading.is_alive()):
+            return None
+        self._start_twin()
+        assert self._twin_loading is not None
+        self._twin_loading.join()
+        if self._twin is None:
+            raise SubjectCrash("crash", self._twin_error or "the second worker did not start",
+                               ran=False)
+        return self._twin
+
+    def _gang(self, world: int) -> Gang:
+        """The ranks for a sharded example over `world` processes, started once per run."""
+        gang = self._gangs.get(world)
+        if gang is None:
+            from .gang import Gang
+
+            assert self._rank_target is not None
+            gang = self._gangs[world] = Gang(self._rank_target, world, timeout=self.timeout,
+                                             sizes=self.sizes, user=self.user)
+        return gang
+
+    def _worlds(self, prop: str | None = None) -> list[int]:
+        """The world sizes sharded examples of `prop` are drawn over: the subject's and the
+        run's, where one fits the run's bounds (W <= max_heads and a listed n_kv_head W divides,
+        for heads; 2W or W <= max_seq, for positions)."""
+        chosen = self.options.world_sizes
+        worlds = sorted(set(self.info.world_sizes) & set(chosen or self.info.world_sizes))
+        shards = None if prop is None else BY_ID[prop].shards
+        if shards == "heads":
+            listed = (self.info.variants or {}).get("n_kv_head")
+            worlds = [w for w in worlds if w <= self.sizes[0] and (
+                not isinstance(listed, list) or any(g % w == 0 for g in listed))]
+        elif shards == "positions":
+            chunks = 2 if self.info.cp_layout == "head_tail" else 1
+            worlds = [w for w in worlds if chunks * w <= self.max_seq]
+        return worlds
+
+    def header(self) -> dict[str, Any]:
+        import hypothesis
+
+        from .. import __version__
+
+        return {
+            "subject": self.info.name, "origin": self.info.origin,
+            "versions": {"attnspec": __version__, "python": platform.python_version(),
+                         "torch": torch.__version__, "hypothesis": hypothesis.__version__,
+                         "jaxtyping": _installed("jaxtyping"), "beartype": _installed("beartype")},
+            "devices": self.devices, "dtypes": self.dtypes, "profile": self.profile,
+            "max_examples": self.max_examples, "seed": self.seed,
+            "derandomize": self.derandomize, "timeout": self.timeout,
+            "max_seq": self.max_seq, "max_heads": self.sizes[0],
+            "max_head_dim": self.sizes[1], "max_width": self.sizes[2],
+            "world_sizes": list(self.options.world_sizes or self.info.world_sizes),
+            "isolated": self.isolated,
+            "isolation": {"subreaper": self.subreaper, "dumpable": is_dumpable(),
+                          "worker_user": None if self.user is None else self.user.name},
+        }
+
+    def replay_command(self, prop: str, ex: Example) -> str:
+        example = json.dumps(ex.to_json(), separators=(",", ":"))
+        return (f"attnspec verify {shlex.quote(self.target)} --only {prop} "
+                f"--replay {shlex.quote(example)}")
+
+    # ---- drawing examples --------------------------------------------------------------
+
+    def _draw(self, data: Any, prop: str, narrow: bool = False) -> Example:
+        """One example for `prop`; `narrow`: H <= 8 and D <= 16 only (verify's quick pass,
+        where most bugs show at a fraction of a wide example's cost)."""
+        strategy = self._strategies.get((prop, narrow))
+        if strategy is None:
+            from .strategies import examples
+
+            heads, dim, width = self.sizes
+            if narrow:
+                heads, dim = min(heads, NARROW_HEADS), min(dim, NARROW_HEAD_DIM)
+            strategy = self._strategies[(prop, narrow)] = examples(
+                BY_ID[prop], dtypes=self.dtypes, supported=self.info.supported,
+                max_seq=self.max_seq, max_heads=heads, max_head_dim=dim, max_width=width,
+                variants=self.info.variants if self.info.protocol == 2 else None,
+                worlds=self._worlds(prop), layout=self.info.cp_layout)
+            _hide_own_source_from_hypothesis()  # _strategies, new here, before a draw mines it
+        return data.draw(strategy, label="example")  # type: ignore[no-any-return]
+
+    # ---- running -----------------------------------------------------------------------
+
+    def _skip_reason(self, prop: str) -> str | None:
+        spec = BY_ID[prop]
+        v2 = self.info.protocol == 2
+        if spec.needs_window and not v2:
+            return "the subject speaks protocol 1 (plain attention): it has no window"
+        if spec.needs_window and not any(
+                w is not None for w in _listed(self.info.variants or {}, "window")):
+            return "the subject's VARIANTS allow no window"
+        if spec.needs_groups and not v2:
+            return "the subject speaks protocol 1 (plain attention): every head has its own k, v"
+        if spec.needs_groups and not _grouped_heads(self.info.variants or {}, self.sizes[0]):
+            return (f"no grouped-query spec to draw: the subject's VARIANTS allow no n_kv_head "
+                    f"with 1 < n_kv_head < n_head for n_head <= {self.sizes[0]} (max_heads)")
+        if spec.needs_rope and v2 and not any(
+                isinstance(p, RoPE) for p in _positions_listed(self.info.variants or {})):
+            return "the subject's VARIANTS allow no RoPE positions"
+        if spec.needs_hook is not None and not v2:
+            return (f"the subject speaks protocol 1: inference hooks ({spec.needs_hook} among "
+                    "them) are protocol 2's (docs/design.md, section 3)")
+        if spec.needs_hook is not None and spec.needs_hook not in self.info.hooks:
+            return (f"the subject defines no {spec.needs_hook} hook "
+                    f"({_HOOK_SIGNATURES[spec.needs_hook]}; docs/design.md, section 3)")
+        if spec.shards is not None:
+            reason = self._shard_skip_reason(prop)
+            if reason is not None:
+                return reason
+        if spec.invalid_configs and v2:
+            return ("protocol v2 subjects are built only from valid AttentionSpecs, which "
+                    "refuse C % H, H % n_kv_head and sizes below 1 themselves")
+        if spec.needs_export and not self.info.has_export:
+            return "the subject has no export_weights"
+        if spec.needs_cuda and not (self.info.cuda and "cuda" in self.devices):
+            return "no CUDA device"
+        return None
+
+    def _shard_skip_reason(self, prop: str) -> str | None:
+        import torch.distributed as td
+
+        if self._rank_target is None:
+            return ("the TARGET is a Python object: ranks are processes of their own, which "
+                    "load the subject by name (pass a path or a module name)")
+        if not self._worlds():
+            return (f"this run's world_sizes {list(self.options.world_sizes or ())} exclude "
+                    f"every one of the subject's WORLD_SIZES {list(self.info.world_sizes)}: "
+                    "give one of those, or leave world_sizes out to use them all")
+        if not self._worlds(prop):
+            bound = (f"max_heads={self.sizes[0]} and the subject's n_kv_head"
+                     if BY_ID[prop].shards == "heads" else
+                     f"max_seq={self.max_seq} ({self.info.cp_layout} layout: T % "
+                     f"{'2W' if self.info.cp_layout == 'head_tail' else 'W'} == 0)")
+            return (f"no world in {self._worlds()} fits {bound}: raise the bound or add a "
+                    "smaller world size")
+        if not (td.is_available() and td.is_gloo_available()):
+            return "this torch has no torch.distributed with gloo, which sharded examples use"
+        if "cpu" not in self.devices or not self.dtypes.get("cpu"):
+            return ("sharded examples run on CPU ranks (gloo); this run checks "
+                    f"{', '.join(self.devices)} only")
+        return None
+
+    def _result(self, prop: str, state: _State, seconds: float) -> PropertyResult:
+        result = PropertyResult(id=prop, examples=state.examples, reached=state.reached,
+                                seconds=round(seconds, 3),
+                                notes=sorted(state.notes), drawn=state.drawn.to_json())
+        if state.examples:
+            result.forwards_per_example = round(state.forwards / state.examples, 2)
+        if state.crash is not None:
+            ex, crash = state.crash
+            result.verdict, result.message = crash.kind, str(crash)
+            rank = getattr(crash, "rank", None)
+            if rank is not None:
+                result.where = {"rank": rank}
+            result.counterexample = ex.to_json()
+            result.replay = self.replay_command(prop, ex)
+            return result
+        if state.failures:
+            ex, outcome = state.last if state.last else min(
+                state.failures, key=lambda f: _size(f[0]))
+            result.verdict = outcome.kind
+            result.message = outcome.message
+            result.measured, result.allowed = outcome.measured, outcome.allowed
+            result.where = outcome.where
+            result.counterexample = ex.to_json()
+            result.replay = self.replay_command(prop, ex)
+            if state.largest is not None and state.largest[1] is not outcome \
+                    and state.largest[0] != ex:  # the same example again says nothing new
+                big_ex, big = state.largest
+                result.largest = {"measured": big.measured, "allowed": big.allowed,
+                                  "message": big.message, "example": big_ex.to_json(),
+                                  "replay": self.replay_command(prop, big_ex)}
+            return result
+        if state.skip is not None and state.examples == 0:
+            result.verdict, result.message = "skip", state.skip
+            return result
+        if state.reached == 0:  # nothing the subject did was judged: not a pass
+            result.verdict, result.message = "skip", self._unreached(state)
+            return result
+        result.verdict = "pass"
+        return result
+
+    def _in_flags(self, message: str) -> str:
+        """`message` with the options it names spelled as this run's front end spells them."""
+        def named(match: re.Match[str]) -> str:
+            flag = (self.flags or {}).get(match[1])
+            return f"{flag} {match[2]}" if flag else f"{match[1]}={match[2]}"
+
+        return _NAMED_OPTION.sub(named, message)
+
+    def nothing_checked(self, results: Sequence[PropertyResult]) -> str | None:
+        """Why a run whose properties were all skipped checked nothing (None: it checked
+        something, or something failed): such a run is the TARGET's or the options' error."""
+        skipped = [p for p in results if p.verdict == "skip"]
+        if not skipped or any(p.verdict not in ("skip", "not_run") for p in results):
+            return None
+        lead = ("every spec attnspec drew was declined by supports(spec)"
+                if all(self._declined.get(p.id) for p in skipped)
+                else "no property's examples reached the subject")
+        reasons = "; ".join(f"{p.id}: {p.message}" for p in skipped)
+        return f"TARGET {self.target!r}: nothing was checked: {lead} ({reasons})."
+
+    def _unreached(self, state: _State) -> str:
+        """Why a property whose examples never reached the subject has no verdict."""
+        declined = (f"supports(spec) declined all {state.declined} specs drawn"
+                    if state.declined else "")
+        if not state.examples:
+            return declined or ("no example could be drawn for this property within this "
+                                f"run's bounds (max_heads={self.sizes[0]}, max_head_dim="
+                                f"{self.sizes[1]}, max_width={self.sizes[2]}, max_seq="
+                                f"{self.max_seq})")
+        why = "; ".join(sorted(state.notes)) or "none asked the subject anything"
+        return (f"none of its {state.examples} examples reached the subject: each ended before "
+                f"calling it ({why})" + (f", and {declined}" if declined else ""))
+
+    def replay_example(self, prop: str, data: Mapping[str, Any]) -> Example:
+        """The example in a replay JSON, checked so that a typo is a UsageError, not a verdict."""
+        def bad(why: str) -> UsageError:
+            try:
+                shown = clip(json.dumps(data, separators=(",", ":"), default=repr), 200)
+            except (RecursionError, ValueError):
+                shown = "<a nested JSON value>"
+            return UsageError(option="replay", value=shown, reason=f"{why}.")
+
+        def whole(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        if not isinstance(data, Mapping):
+            raise bad("expected a JSON object such as a failure's replay command prints")
+        fields = list(Example.__dataclass_fields__)
+        unknown = sorted(map(str, set(data) - set(fields)))
+        if unknown:
+            raise bad(f"unknown field {', '.join(map(repr, unknown))}; the fields are "
+                      f"{', '.join(fields)}")
+        missing = [k for k in ("B", "T", "C", "H") if k not in data]
+        if missing:
+            raise bad(f"missing {', '.join(missing)}")
+        for key in ("B", "T", "C", "H", "seed"):
+            if not whole(data.get(key, 0)):
+                raise bad(f"{key} must be a whole number, got {data[key]!r}")
+        if not 0 <= data.get("seed", 0) < 2**31:
+            raise bad(f"seed must be in 0..{2**31 - 1}, as drawn, got {data['seed']}")
+        cuts = data.get("cuts", [])
+        if not isinstance(cuts, list | tuple) or not all(whole(t) for t in cuts):
+            raise bad(f"cuts must be a list of whole numbers, got {cuts!r}")
+        scale = data.get("scale", 1.0)
+        if not isinstance(scale, int | float) or isinstance(scale, bool) \
+                or not 0 < scale < float("inf"):
+            raise bad(f"scale must be a finite number > 0, got {scale!r}")
+        for key in ("dtype", "device"):
+            if not isinstance(data.get(key, ""), str):
+                raise bad(f"{key} must be a string, got {data[key]!r}")
+        try:
+            ex = Example.from_json(data)
+        except ConfigError as error:
+            raise bad(f"its spec is not a valid attention spec: {error}") from None
+        if ex.spec is not None and (ex.spec.n_embd, ex.spec.n_head) != (ex.C, ex.H):
+            raise bad(f"spec says n_embd={ex.spec.n_embd}, n_head={ex.spec.n_head}, but C={ex.C}"
+                      f", H={ex.H}")
+        if ex.spec is not None and self.info.protocol != 2:
+            raise bad("it has a spec, and this subject speaks protocol 1 (build(n_embd, "
+                      "n_head)): drop the spec")
+        if prop == "divisibility":  # only build(C, H) runs, on a configuration it must refuse
+            return ex
+        if min(ex.B, ex.T, ex.C, ex.H) < 1:
+            raise bad("B, T, C and H must all be >= 1 for this property")
+        if ex.T > MAX_SEQ_LIMIT:
+            raise bad(f"T must be at most {MAX_SEQ_LIMIT}")
+        for axis, most in _REPLAY_LIMITS.items():
+            if getattr(ex, axis) > most:
+                raise bad(f"{axis} must be at most {most}, got {getattr(ex, axis)}")
+        # The largest call: every cut's copy of (B, T, C) and its (B, H, T, T) scores.
+        copies = max(1, len(set(ex.cuts)))
+        width = max(ex.C, ex.H * ex.D)  # head_dim may make the q and o widths H·D exceed C
+        if width > _REPLAY_LIMITS["C"]:
+            raise bad(f"H·D = {ex.H * ex.D} must be at most {_REPLAY_LIMITS['C']}")
+        gib = copies * ex.B * (ex.H * ex.T * ex.T + 4 * ex.T * width) * 8 / 2**30
+        if gib > _REPLAY_GIB:
+            raise bad(f"this example needs about {gib:,.0f} GiB for one call ({copies} cut "
+                      f"copies of B={ex.B}, H={ex.H}, T={ex.T}, C={ex.C}); at most "
+                      f"{_REPLAY_GIB} GiB is replayed")
+        if not all(0 <= t < ex.T for t in ex.cuts):
+            raise bad(f"cuts must lie in 0..T-1 = 0..{ex.T - 1}, got {list(ex.cuts)}")
+        if ex.C % ex.H and (ex.spec is None or ex.spec.head_dim is None):
+            raise bad(f"C={ex.C} is not divisible by H={ex.H}; only divisibility draws such "
+                      "configurations")
+        shards = BY_ID[prop].shards
+        if not whole(data.get("world", 0)):
+            raise bad(f"world must be a whole number, got {data['world']!r}")
+        if shards is None and ex.world:
+            raise bad(f"world={ex.world}, but {prop} runs unsharded: drop the world")
+        if shards is not None:
+            from ..reference.sharding import ShardError, check_shardable
+
+            worlds = self._worlds(prop)
+            if ex.device != "cpu":
+                raise bad(f"device {ex.device!r}: sharded examples run on CPU ranks (gloo)")
+            if ex.world not in worlds:
+                raise bad(f"world={ex.world}; {prop} runs on {', '.join(map(str, worlds)) or 'no'}"
+                          " ranks here (the subject's WORLD_SIZES and the run's world_sizes)")
+            try:
+                check_shardable(ex.attention, ex.world, shards, ex.T, self.info.cp_layout)
+            except ShardError as error:
+                raise bad(str(error).rstrip(".")) from None
+        device = "cuda" if prop == "device_agreement" else ex.device
+        if device not in self.dtypes:
+            raise bad(f"device {ex.device!r} is not available here; this run has "
+                      f"{', '.join(self.devices)}")
+        if ex.dtype not in self.dtypes[device]:
+            raise bad(f"dtype {ex.dtype!r} is not one this run checks on {device}: "
+                      f"{', '.join(self.dtypes[device])}")
+        return ex
+
+    @contextlib.contextmanager
+    def _judging(self) -> Iterator[None]:
+        """One torch thread for the runner while it judges a worker's subject: its references
+        are small, and a second thread only fights the worker for the cores (about 20% of a
+        default verify on 2 cores). In process the subject's own threads are left alone."""
+        threads = torch.get_num_threads()
+        if not self.isolated or threads == 1:
+            yield
+            return
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
+
+    def replay(self, prop: str, example: Example | dict[str, Any]) -> PropertyResult:
+        """Run exactly one example of one property (what a failure's replay command does)."""
+        self._twin_wait = True
+        with self._judging():
+            return self._replay(prop, example)
+
+    def _replay(self, prop: str, example: Example | dict[str, Any]) -> PropertyResult:
+        ex = example if isinstance(example, Example) else self.replay_example(prop, example)
+        state = _State()
+        start = time.perf_counter()
+        try:
+            self._one(prop, ex, state)
+        except _Declined as declined:
+            return PropertyResult(id=prop, verdict="skip", message=str(declined))
+        if state.failures:
+            state.last = state.failures[-1]
+        return self._result(prop, state, time.perf_counter() - start)
+
+    def _one(self, prop: str, ex: Example, state: _State) -> Outcome | None:
+        state.examples += 1
+        counted = _Counted(self.executor)
+        try:
+            outcome = run_check(counted, prop, ex,
+                                self._gang if BY_ID[prop].shards is not None else None,
+                                self._twin_worker if self.isolated else None)
+        except SubjectCrash as bare:
+            crash = SubjectCrash(bare.kind, f"{self._in_flags(str(bare))} (on {ex.describe()})",
+                                 ran=bare.ran)
+            crash.rank = getattr(bare, "rank", None)  # type: ignore[attr-defined]
+            state.crashes += 1
+            # Smaller tries after a timeout could each cost a whole --timeout; after a failed
+            # restart they cannot run at all.
+            state.stop_shrinking |= crash.kind == "timeout" or not crash.ran
+            if state.crash is None or (crash.ran and _size(ex) < _size(state.crash[0])):
+                state.crash = (ex, crash)  # the smallest crash seen is the one reported
+            state.drawn.add(prop, ex)
+            return None
+        state.forwards += outcome.forwards
+        state.notes.update(outcome.notes)
+        if outcome.kind == "unsupported":  # the subject's supports(spec) said no: not an example
+            state.examples -= 1
+            state.declined += 1
+            raise _Declined(outcome.message)
+        if outcome.kind == "skip":
+            state.skip = outcome.message or "skipped"
+            state.examples -= 1
+            return None
+        state.drawn.add(prop, ex)
+        state.reached += counted.ran > 0
+        if outcome.failed:
+            state.failures.append((ex, outcome))
+            if outcome.measured is not None and (
+                    state.largest is None or outcome.measured > (state.largest[1].measured or 0)):
+                state.largest = (ex, outcome)
+            return outcome
+        return None
+
+    def run(self, prop: str, progress: Progress | None = None,
+            max_examples: int | None = None, stream: str = "full") -> PropertyResult:
+        """Check one property with Hypothesis; the failure, if any, is shrunk to a small one.
+
+        `stream` names the pass (verify's quick first pass is "quick"), so that each pass of a
+        seeded run draws its own examples. A full pass after a quick pass that passed continues
+        it: the examples it ran count towards the property's total, and are not run again.
+        """
+        self._twin_wait = stream != "quick"  # the full pass always compares in two processes
+        if prop in TWINNED and self._twin_wait:
+            self._start_twin()
+        with self._judging():
+            return self._run(prop, progress, max_examples, stream)
+
+    def _run(self, prop: str, progress: Progress | None, max_examples: int | None,
+             stream: str) -> PropertyResult:
+        from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
+        from hypothesis import seed as hypothesis_seed
+        from hypothesis import strategies as st
+        from hypothesis.database import DirectoryBasedExampleDatabase
+        from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, Unsatisfiable
+
+        if prop not in PROPERTIES:
+            raise UsageError(option="only", value=prop,
+                             reason=f"unknown property id; the ids are {', '.join(PROPERTIES)}.")
+        start = time.perf_counter()
+        reason = self._skip_reason(prop)
+        if reason is not None:
+            return PropertyResult(id=prop, verdict="skip", message=reason)
+        total = max_examples or self.max_examples
+        state, earlier = self._passed.pop(prop, (_State(), 0.0)) if stream == "full" else (
+            _State(), 0.0)
+        start -= earlier
+        if state.examples >= total:
+            done = self._result(prop, state, time.perf_counter() - start)
+            if progress is not None:
+                progress(prop, done.examples, total, done)
+            return done
+
+        def test(data: Any) -> None:
+            _hide_own_source_from_hypothesis()  # modules the last example's check imported
+            ex = self._draw(data, prop, narrow=stream == "quick")
+            if state.first_failure_at is not None:
+                seconds = _SHRINK_SECONDS if state.crash is None else min(
+                    _SHRINK_SECONDS, self._crash_shrink_left)
+                if (state.examples - state.failed_after >= _SHRINK_EXAMPLES
+                        or time.perf_counter() - state.first_failure_at > seconds):
+                    raise _Abort  # shrinking budget spent: report the smallest failure seen
+            crashes = state.crashes
+            try:
+                outcome = self._one(prop, ex, state)
+            except _Declined:
+                reject()
+            if progress is not None and state.first_failure_at is None:
+                progress(prop, min(state.examples, total), total, None)
+            crashed = state.crashes > crashes
+            if state.stop_shrinking:
+                raise _Abort
+            if outcome is not None or crashed:
+                if state.first_failure_at is None:
+                    state.first_failure_at = time.perf_counter()
+                    state.failed_after = state.examples
+                if outcome is not None:
+                    state.last = (ex, outcome)
+                # A crash shrinks too, within the same budget (each costs a worker restart).
+                raise _PropertyFailed(outcome.message if outcome else "crash")
+
+        # Hypothesis refuses a database with derandomize (CI): the run is its own replay there.
+        db = DirectoryBasedExampleDatabase(self.database) if (
+            self.database and not self.derandomize) else None
+        config = settings(
+            max_examples=total - state.examples, deadline=None, database=db,
+            derandomize=self.derandomize,
+            report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False,
+            suppress_health_check=list(HealthCheck),
+            phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+        )
+        wrapped = config(given(data=st.data())(test))
+        if self.seed is not None and not self.derandomize:
+            wrapped = hypothesis_seed(_stream_seed(self.seed, prop, stream))(wrapped)
+        # One database key per (subject, property), so failures replay first next time; given
+        # outright, Hypothesis need not hash the test's source on every run (derandomize does).
+        digest = f"{self.target}\0{prop}".encode()
+        wrapped._hypothesis_internal_database_key = hashlib.sha384(  # type: ignore[attr-defined]
+            b"attnspec\0" + digest).digest()
+        try:
+            inner = wrapped.hypothesis.inner_test  # type: ignore[attr-defined]
+            inner._hypothesis_internal_add_digest = digest
+        except AttributeError:
+            pass
+        _hide_own_source_from_hypothesis()
+        try:
+            with _private_hypothesis_home(self.database is None):
+                wrapped()
+        except _Abort:
+            if state.crash is None and state.failures:
+                state.last = min(state.failures, key=lambda f: _size(f[0]))
+        except _PropertyFailed:
+            pass
+        except (FlakyFailure, FlakyStrategyDefinition) as error:
+            state.notes.add(f"flaky: {type(error).__name__}")
+        except Unsatisfiable:
+            state.skip = self._unreached(state)
+        except KeyboardInterrupt as interrupt:  # keep what this property found so far
+            partial = self._result(prop, state, time.perf_counter() - start)
+            if partial.verdict == "pass":
+                partial.verdict = "interrupted"
+                partial.message = (f"Ctrl-C after {partial.examples} examples, before a "
+                                   "verdict")
+            else:
+                partial.notes.append("interrupted while shrinking: a smaller counterexample "
+                                     "may exist")
+            interrupt.partial_result = partial  # type: ignore[attr-defined]
+            raise
+        if state.crash is not None and state.first_failure_at is not None:
+            if self._crash_shrink_left <= 0:
+                state.notes.add(f"crash not shrunk: this run's {_CRASH_SHRINK_SECONDS:g} s "
+                                "for shrinking crashes were spent on earlier properties")
+            self._crash_shrink_left -= time.perf_counter() - state.first_failure_at
+        result = self._result(prop, state, time.perf_counter() - start)
+        self._declined[prop] = state.declined
+        if stream == "quick" and result.verdict == "pass":
+            self._passed[prop] = (state, time.perf_counter() - start)
+        if progress is not None:
+            progress(prop, result.examples, total, result)
+        return result
+
+
+def _installed(distribution: str) -> str:
+    """A distribution's version from its metadata (1 ms): importing beartype to ask costs 0.1 to
+    0.2 s before the first example, and a v1 subject's runner never needs beartype."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+# Never the user's code: attnspec's own modules and its pytest entry point, and torch, whose
+# torch.ops and torch.classes give a relative __file__ that Hypothesis takes for a local file.
+_NOT_THE_USERS = frozenset({"attnspec", "attnspec_pytest", "torch"})
+_modules_hidden = 0  # len(sys.modules) when they were last hidden: a cheap "nothing new"
+
+
+def _hide_own_source_from_hypothesis() -> None:
+    """Hypothesis mines each module outside site-packages for constants to try in its draws,
+    and caches them in .hypothesis/constants of the working directory. From a source checkout
+    (pip install -e) that is attnspec's own 500, parsed anew on every run without a database
+    (0.3 s), none of them about the subject; installed, there are none. Called before each
+    example too, since attnspec imports some modules (its strategies) only once it draws."""
+    global _modules_hidden
+    if len(sys.modules) == _modules_hidden:
+        return
+    try:
+        from hypothesis.internal.conjecture import providers
+
+        seen: set[int] = providers._seen_modules
+    except (ImportError, AttributeError):  # another Hypothesis: at worst the 0.3 s again
+        return
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] in _NOT_THE_USERS:
+            seen.add(id(module))
+    _modules_hidden = len(sys.modules)
+
+
+@contextlib.contextmanager
+def _private_hypothesis_home(private: bool) -> Iterator[None]:
+    """Without a database, Hypothesis's other files (its constants cache) go to a temporary
+    directory, not to .hypothesis/ in the user's working directory."""
+    if not private or os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        yield
+        return
+    from hypothesis import configuration
+
+    previous = vars(configuration).get("__hypothesis_home_directory")
+    with tempfile.TemporaryDirectory(prefix="attnspec-hypothesis-") as home:
+        configuration.set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(previous)
+
+
+def verify(
+    target: Any, *, only: Iterable[str] | str | None = None,
+    skip: Iterable[str] | str | None = None, device: str = "all",
+    dtypes: Sequence[str] | None = None, profile: str = "default",
+    max_examples: int | None = None, seed: int | None = None, timeout: float = 30.0,
+    report: str | os.PathLike[str] | None = None, isolate: bool | None = None,
+    progress: bool | Progress = False, exitfirst: bool = False,
+    replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
+    on_start: Callable[[Report], None] | None = None, max_seq: int = 64,
+    max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
+    world_sizes: Sequence[int] | None = None, worker_user: str | None = None,
+) -> Report:
+    """Check an implementation of causal self-attention against every property.
+
+    ```python
+    report = attnspec.verify("path/to/impl.py")          # or "pkg.mod", "pkg.mod:NAME"
+    assert report.ok, report.summary()
+    ```
+
+    **Arguments:**
+
+    - `target`: a TARGET string (run in a supervised worker process), or a module or object
+      with `build` (run in this process).
+    - `only`, `skip`: property ids (see `PROPERTIES`).
+    - `device`: `"cpu"`, `"cuda"` or `"all"` (CUDA where present).
+    - `dtypes`: restrict the dtypes (intersected with the subject's `DTYPES`).
+    - `profile`: `"smoke"`, `"default"`, `"thorough"` or `"ci"`; `max_examples` overrides it.
+    - `seed`: the same seed gives the same examples and verdicts.
+    - `timeout`: seconds allowed for one example before the worker is killed.
+    - `max_seq`: the longest sequence (T) drawn; raise it past a blocked kernel's block size.
+    - `max_heads`, `max_head_dim`, `max_width`: the largest H, D and C = H x D drawn (32, 256
+      and 512). Three examples in four are narrow (H <= 8, D <= 16); the others range over all
+      of it, favouring the head sizes kernels specialise on (32, 64, 80, 96, 128, 256 and their
+      neighbours), with B = 1 and T up to max(9, max_seq // 8).
+    - `world_sizes`: the ranks tp_equivalence and cp_equivalence shard over (None: every one
+      of the subject's WORLD_SIZES, 2 and 4 by default); each rank is a process.
+    - `worker_user`: run the worker and the ranks as this user (a name or uid; the runner must
+      be root): the subject then cannot reach the runner's memory, files or signals.
+    - `report`: a path for the JSON report, written atomically after every property, and a
+      last time once everything the subject started has been killed.
+    - `exitfirst`: stop after the first property that does not pass.
+    - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
+    - `progress`: True for progress on stderr (a live line on a terminal, plain lines
+      otherwise), or a callable `(property, done, total, result_or_None)`.
+    - `on_start`: called with the empty report once the subject is loaded (its header is set).
+
+    **Returns:** a `Report`. A TARGET that cannot be loaded raises `TargetError`; bad options
+    raise `UsageError`.
+    """
+    props = select_properties(only, skip)
+    options = RunOptions(device=device, dtypes=None if dtypes is None else tuple(dtypes),
+                         profile=profile, max_examples=max_examples, seed=seed,
+                         timeout=timeout, max_seq=max_seq, max_heads=max_heads,
+                         max_head_dim=max_head_dim, max_width=max_width, database=database,
+                         world_sizes=None if world_sizes is None else tuple(world_sizes),
+                         worker_user=worker_user)
+    if replay is not None and len(props) != 1:
+        raise UsageError(option="only", value=",".join(props),
+                         reason="a replay runs one example of one property: give exactly one.")
+    if report is not None:
+        check_report_path(report)
+    show = progress_printer(sys.stderr) if progress is True else (progress or None)
+    result = Report(target=_target_name(target), header={},
+                    properties=[PropertyResult(id=p) for p in props], running=True)
+    _save(result, report)  # now: a run killed before its first verdict leaves one that says so
+    # Without a quick pass to load the twin beside, its process starts with the worker's.
+    ahead = (replay is not None or options.examples <= 2 * _QUICK_EXAMPLES) and any(
+        p in TWINNED for p in props)
+    try:
+        session = Session(target, options, isolate=isolate, twin_ahead=ahead)
+    except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
+        result.interrupted = True
+        _save(result, report)
+        raise
+    except TargetError as error:  # the report says why nothing ran
+        result.error, result.partial, result.running = str(error), False, False
+        _save(result, report)
+        raise
+    with session:
+        result.header = session.header()
+        example = replay if isinstance(replay, Example) or replay is None else \
+            session.replay_example(props[0], replay)
+        if on_start is not None:
+            on_start(result)
+        _save(result, report)
+        quick_passed: dict[int, PropertyResult] = {}  # what stands if the full pass never runs
+        try:
+            quick = replay is None and session.max_examples > 2 * _QUICK_EXAMPLES
+            current = 0
+            for i, prop in enumerate(props if quick else ()):
+                current = i
+                found = session.run(prop, None, max_examples=_QUICK_EXAMPLES, stream="quick")
+                if found.verdict == "pass":
+                    quick_passed[i] = found
+                if not found.ok:  # final: the full pass would only find it again
+                    result.properties[i] = found
+                    if show is not None:
+                        show(prop, found.examples, found.examples, found)
+                    _save(result, report)
+                    if exitfirst:
+                        break
+            left = [i for i, p in enumerate(props) if result.properties[i].verdict == "not_run"]
+            if quick and not (exitfirst and result.failures) and any(
+                    props[i] in TWINNED for i in left):
+                # The twin loads (1.7 s of CPU) while the full passes that need none run first.
+                session._start_twin()
+                left.sort(key=lambda i: props[i] in TWINNED)
+            for i in left:
+                prop = props[i]
+                if exitfirst and result.failures:
+                    break
+                current = i
+                if example is not None:
+                    result.properties[i] = session.replay(prop, example)
+                else:
+                    result.properties[i] = session.run(prop, show)
+                _save(result, report)
+            result.partial = any(p.verdict == "not_run" for p in result.properties)
+            result.error = session.nothing_checked(result.properties)
+            result.running = False
+        except KeyboardInterrupt as interrupt:
+            partial = getattr(interrupt, "partial_result", None)
+            if isinstance(partial, PropertyResult):
+                result.properties[current] = partial
+            result.interrupted = True
+            raise
+        finally:  # an internal error leaves status running: the run did not finish
+            session.close()  # first: nothing the subject started is left to rewrite the report
+            for i, passed in quick_passed.items():
+                if result.properties[i].verdict == "not_run":
+                    result.properties[i] = _quick_pass_only(passed, result.interrupted)
+            _save(result, report)
+    return result
+
+
+def _quick_pass_only(passed: PropertyResult, interrupted: bool) -> PropertyResult:
+    """A property whose full pass never ran: what its quick pass found, and no verdict."""
+    why = "Ctrl-C came" if interrupted else "the run stopped at the first failure"
+    return dataclasses.replace(
+        passed, verdict="interrupted" if interrupted else "not_run",
+        message=f"{why} before its full pass; its quick pass of {passed.examples} narrow "
+                "examples passed")
+
+
+def _target_name(target: Any) -> str:
+    return target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+
+
+def _save(result: Report, path: str | os.PathLike[str] | None) -> None:
+    """Write the report; a failure (a full disk) is kept on it, not raised: no verdict is lost."""
+    if path is None:
+        return
+    try:
+        result.write(path)
+        result.write_error = None
+    except (OSError, ValueError, UsageError) as error:
+        result.write_error = f"{os.fspath(path)!r}: {error}"

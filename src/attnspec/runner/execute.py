@@ -1,0 +1,568 @@
+"""What the worker does with a subject: build, run, export its weights. Nothing is judged here.
+
+The runner sends a request: an optional build (the configuration, seed, dtype and device) and a
+list of steps, with every input tensor it wants run. The worker answers with the tensors the
+subject produced, or with the subject's fault. The reference, the tolerance and every comparison
+stay in the runner (docs/design.md, trust model), so a subject that monkeypatches torch or
+attnspec in its own process changes only its own outputs, never a verdict.
+"""
+
+from __future__ import annotations
+
+import difflib
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+
+from ..reference.module import BIAS_KEYS, WEIGHT_KEYS
+from ..reference.spec import EXTRA_WEIGHT_KEYS
+from .answers import call_name
+from .subject import Subject, dtype_from_name, fault_text
+
+__all__ = ["Executed", "answer_bool", "answer_limit", "execute", "reset_torch_state",
+           "tensor_limit", "vjp"]
+
+_T = TypeVar("_T")
+
+# How large an answer may be, from its request's shapes. The worker withholds an output over its
+# bound (it sends the shape and dtype alone), and the runner refuses a frame over the answer's.
+_SLACK = 4  # an output may have 4 x its input's elements (a wrong shape, still sent whole)
+_SMALL = 4096  # elements any output may have, however small its input
+_PARAMS = 64  # parameter gradients: 64 x C² + 2^20 elements in all (the reference has 4 x C²)
+_HEADER = 1 << 22  # bytes for the JSON header: messages, parameter names, shapes
+_ITEM = 8  # bytes per element of the widest dtype sent, float64
+_UNKNOWN_KEYS = 16  # export keys outside the protocol's named back, each cut to 100 characters
+
+
+class _Fault(Exception):
+    """The subject raised or returned something unusable; the answer is an `error`."""
+
+
+class _Unsupported(Exception):
+    """A protocol v2 subject's supports(spec) declined the drawn spec: not an example."""
+
+
+def _subject_error(error: BaseException) -> bool:
+    """Whether the subject may be blamed for `error`: anything its code raised, except Ctrl-C
+    where Ctrl-C belongs to this process (in the worker SIGINT is ignored, so it is its own)."""
+    if isinstance(error, KeyboardInterrupt):
+        return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    return True
+
+
+@dataclass
+class Executed:
+    """The worker's state between requests: the module built for the current example."""
+
+    subject: Subject
+    module: torch.nn.Module | None = None
+    device: str = "cpu"
+    mesh: Any = None  # a rank's device mesh, handed to the sharding hooks
+    n_embd: int = 0  # bound_width of the module built last: it bounds exports and gradients
+
+
+def tensor_limit(numel: int) -> int:
+    """The elements an output standing for `numel` elements (its input's) may have and still
+    be sent whole."""
+    return _SLACK * numel + _SMALL
+
+
+def _params_limit(n_embd: int) -> int:
+    return _PARAMS * n_embd * n_embd + (1 << 20)
+
+
+def bound_width(build: Mapping[str, Any]) -> int:
+    """The width that bounds a built module's exports and parameter gradients: C, or the q and
+    o width H·D where a spec's head_dim makes it wider (its weights are (H·D, C))."""
+    width = int(build["n_embd"])
+    spec = build.get("spec")
+    if isinstance(spec, Mapping) and spec.get("head_dim") is not None:
+        width = max(width, int(spec.get("n_head", 1)) * int(spec["head_dim"]))
+    return width
+
+
+def answer_limit(request: Mapping[str, Any], n_embd: int) -> int:
+    """The most bytes the answer to `request` can take, its module of width `n_embd`
+    (`bound_width`) unless the request builds one: what the runner reads, and the worker
+    sends, at most."""
+    build = request.get("build")
+    if isinstance(build, Mapping) and build.get("n_embd") is not None:
+        n_embd = bound_width(build)
+    elements = 0
+    for step in request.get("steps", ()):
+        x = step.get("x")
+        n = x.numel() if isinstance(x, Tensor) else 0
+        op = step.get("op")
+        if op in ("forward", "decode"):
+            elements += tensor_limit(n) + (n if step.get("keep_input") else 0)
+        elif op in ("grad", "sharded_grad"):
+            elements += 2 * tensor_limit(n) + _params_limit(n_embd)
+        elif op == "export":
+            elements += len(WEIGHT_KEYS + BIAS_KEYS + EXTRA_WEIGHT_KEYS) * tensor_limit(
+                n_embd * n_embd)
+        elif op == "pullback":
+            elements += _params_limit(n_embd)
+    return _HEADER + _ITEM * elements
+
+
+def reset_torch_state() -> None:
+    """Undo global torch state a subject may have changed at import or in a previous example,
+    so that one subject's side effects cannot make the next example fail."""
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(torch.float32)
+    if hasattr(torch, "set_default_device"):
+        torch.set_default_device(None)
+
+
+def vjp(outs: Sequence[Tensor], inputs: Sequence[Tensor], cotangents: Sequence[Tensor],
+        ) -> tuple[Tensor | None, ...]:
+    """torch.autograd.grad(outs, inputs, cotangents, allow_unused=True), the same values.
+
+    Given as the gradient of sum(out * cotangent): its backward hands each out exactly its
+    cotangent (1 x c), and a scalar needs no grad_outputs, whose check imports sympy (0.6 s).
+    """
+    total = sum((out * c).sum() for out, c in zip(outs, cotangents, strict=True))
+    if not isinstance(total, Tensor):  # nothing to differentiate
+        return tuple(None for _ in inputs)
+    return torch.autograd.grad(total, list(inputs), allow_unused=True)
+
+
+def _call(what: str, fn: Callable[..., _T], *args: Any) -> _T:
+    """fn(*args), the subject's code; what it raises becomes a fault that starts with `what`."""
+    try:
+        return fn(*args)
+    except _Fault:  # already the subject's fault, said in full
+        raise
+    except BaseException as error:
+        if not _subject_error(error):
+            raise
+        raise _Fault(f"{what}: {fault_text(error)}") from None
+
+
+def answer_bool(call: str, value: Any, error: type[Exception]) -> bool:
+    """A yes-or-no answer of the subject's: a bool or a numpy bool, nothing else (a tensor's
+    truth raises, and a None or a number is more likely a bug than an answer)."""
+    kind = type(value)
+    if kind is bool or (kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool")):
+        return bool(value)
+    raise error(f"{call} returned {kind.__name__} {_shown(value)}, not a bool (True or "
+                "False).")
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = repr(value)
+    except BaseException:  # noqa: BLE001 - the subject's repr: show none
+        return "(unprintable)"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _build(state: Executed, spec: Mapping[str, Any]) -> None:
+    C, H = int(spec["n_embd"]), int(spec["n_head"])
+    dtype, device = dtype_from_name(spec["dtype"]), str(spec["device"])
+    state.module, state.device, state.n_embd = None, device, bound_width(spec)
+    reset_torch_state()
+    args: tuple[Any, ...] = (C, H)
+    call = f"build({C}, {H})"
+    if state.subject.protocol == 2:
+        from ..reference.spec import AttentionSpec
+
+        attention = AttentionSpec.from_json(spec.get("spec") or {"n_embd": C, "n_head": H})
+        args, call = (attention,), f"build(AttentionSpec({attention.describe()}))"
+        supports = state.subject.supports
+        if supports is not None and not answer_bool(
+                f"supports(AttentionSpec({attention.describe()}))",
+                _call("supports(spec) raised", supports, attention), _Fault):
+            raise _Unsupported(call)
+    with torch.random.fork_rng(devices=[]):
+        # The same example builds the same weights on replay. The CPU generator alone: seeding
+        # CUDA's too costs a queued call with a formatted stack each time CUDA is not yet up.
+        torch.default_generator.manual_seed(int(spec["seed"]))
+        try:
+            module = state.subject.build(*args)
+        except BaseException as error:
+            if not _subject_error(error):
+                raise
+            raise _Fault(f"{call} raised for a valid configuration: "
+                         f"{fault_text(error)}") from None
+    if not isinstance(module, torch.nn.Module):
+        raise _Fault(f"{call} returned {type(module).__name__}, not a torch.nn.Module.")
+    _call(f".eval().to({device}, {spec['dtype']}) raised",
+          lambda: module.eval().to(device=device, dtype=dtype))
+    if spec.get("shard") is not None:
+        module = _shard(state, module, str(spec["shard"]))
+    state.module = module
+
+
+def _shard(state: Executed, module: torch.nn.Module, kind: str) -> torch.nn.Module:
+    """The sharding hook of `kind` applied to the module just built, on this rank's mesh."""
+    from .subject import SHARD_HOOKS
+
+    name = next(hook for hook, its in SHARD_HOOKS.items() if its == kind)
+    if state.mesh is None:
+        raise RuntimeError(f"the runner asked for {name} outside a gang")
+    rank, world = state.mesh.get_local_rank(), state.mesh.size()
+    call = f"{name}(module, mesh) on rank {rank} of {world}"
+    sharded = _call(f"{call} raised", _hook(state, name), module, state.mesh)
+    if sharded is None:  # changed in place
+        return module
+    if not isinstance(sharded, torch.nn.Module):
+        raise _Fault(f"{call} returned {type(sharded).__name__}, not a torch.nn.Module (the "
+                     "module to call) or None (the module it was given, changed in place).")
+    return sharded
+
+
+def _plain(value: Tensor) -> Tensor:
+    """A sharded module's output as one ordinary tensor: a DTensor gathered in full, an
+    AsyncCollectiveTensor waited for."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        value = value.full_tensor()
+    wait = getattr(value, "wait", None)  # AsyncCollectiveTensor: the all-reduce in flight
+    if callable(wait) and type(value) is not Tensor:
+        value = wait()
+    return value
+
+
+def _tensor_out(out: Any, x: Tensor) -> Tensor:
+    if isinstance(out, Tensor):
+        return out
+    hint = ""
+    if isinstance(out, tuple):
+        hint = (" (a tuple, as nn.MultiheadAttention returns (output, weights): return only "
+                "the output tensor)")
+    raise _Fault(f"forward returned {type(out).__name__}{hint}, not a Tensor.")
+
+
+def _sendable(what: str, value: Tensor, limit: int | None = None) -> Tensor:
+    """The subject's tensor as a plain CPU tensor to send; reading it (a subclass may raise
+    anywhere) is the subject's business, so what it raises is its fault. Past `limit` elements,
+    a meta tensor of its shape and dtype (the runner's shape checks name it; its values would
+    only cost memory twice over)."""
+    try:
+        device, dtype = value.device.type, value.dtype
+        shape = tuple(value.shape)
+        if device == "meta":
+            raise _Fault(f"{what} is on the meta device (shape {shape}): it holds no values to "
+                         "compare.")
+        if value.is_complex() or not (value.is_floating_point() or dtype == torch.bool):
+            raise _Fault(f"{what} is a {dtype} tensor; attnspec compares floating tensors.")
+        if limit is not None and value.numel() > limit:
+            return torch.empty(shape, dtype=dtype, device="meta")
+        plain = value.detach().to("cpu")
+        if type(plain) is not Tensor:  # a subclass's methods would run in the encoder
+            plain = torch.empty(shape, dtype=dtype).copy_(plain.as_subclass(Tensor))
+        return plain
+    except _Fault:
+        raise
+    except BaseException as error:
+        if not _subject_error(error):
+            raise
+        raise _Fault(f"{what}: reading it raised {fault_text(error)}") from None
+
+
+def _sent(what: str, out: Tensor, limit: int | None = None) -> dict[str, Any]:
+    """An output as the runner gets it: the values (past `limit` elements, the shape alone),
+    and the device it was on."""
+    plain = _sendable(what, out, limit)
+    return {"out": plain, "device": _call(f"{what}: reading its device raised",
+                                          lambda: str(out.device.type))}
+
+
+def _unchanged(given: Mapping[str, Tensor]) -> Callable[[str], None]:
+    """A check, for after each call, that the tensors given are as they were now (the
+    caller's hidden states and masks: a hook that writes into them corrupts the model)."""
+    before = {name: t.detach().clone() for name, t in given.items()}
+
+    def check(call: str) -> None:
+        for name, t in given.items():
+            was = before[name]
+            same = _call(f"{call}: comparing {name} after the call raised",
+                         lambda t=t, was=was: t.shape == was.shape and t.dtype == was.dtype
+                         and (torch.equal(t, was)  # one pass; NaN padding needs the second
+                              or bool(((t == was) | (t != t) & (was != was)).all())))
+            if not same:
+                raise _Fault(f"{call} wrote into its input {name}: a hook must leave the "
+                             "tensors it is given unchanged.")
+    return check
+
+
+def _param_grads(state: Executed, params: Sequence[tuple[str, Tensor]],
+                 grads: Sequence[Tensor | None]) -> dict[str, Tensor | None]:
+    """The parameters' gradients to send, by name; a fault past what a module of width C may
+    hold (`answer_limit` counts the same)."""
+    total, limit = sum(p.numel() for _, p in params), _params_limit(state.n_embd)
+    if total > limit:
+        raise _Fault(f"the module's {len(params)} parameters hold {total} elements, more than "
+                     f"the {limit} (64 x W² + 2^20, W={state.n_embd}: C or H·D) whose gradients "
+                     "attnspec takes back; their gradients were not sent.")
+    return {n: None if g is None else _sendable(f"d(output)/d({n})", g)
+            for (n, _), g in zip(params, grads, strict=True)}
+
+
+def _forward(module: torch.nn.Module, x: Tensor, grad: bool, state: Executed | None = None,
+             step: Mapping[str, Any] | None = None) -> Tensor:
+    """module(x); with a step's `mask`, the padded hook; with its `x_kv`, the cross hook; with
+    its `offset`, the shifted hook. A hook must leave its inputs as they were."""
+    what = f"forward raised on input of shape {tuple(x.shape)}"
+    call: Callable[[], Any] = lambda: module(x)  # noqa: E731
+    given: dict[str, Tensor] = {}
+    if step is not None and state is not None and step.get("mask") is not None:
+        mask = step["mask"].to(device=x.device, dtype=torch.bool)
+        name, given = "padded(module, x, key_mask)", {"x": x, "key_mask": mask}
+        call = lambda: _hook(state, "padded")(module, x, mask)  # noqa: E731
+    elif step is not None and state is not None and step.get("x_kv") is not None:
+        x_kv = step["x_kv"].to(x.device)
+        name, given = "cross(module, x_q, x_kv)", {"x_q": x, "x_kv": x_kv}
+        call = lambda: _hook(state, "cross")(module, x, x_kv)  # noqa: E731
+    elif step is not None and state is not None and step.get("offset") is not None:
+        offset = int(step["offset"])
+        name, given = f"shifted(module, x, offset={offset})", {"x": x}
+        call = lambda: _hook(state, "shifted")(module, x, offset)  # noqa: E731
+    if given:
+        shapes = ", ".join(f"{k} of shape {tuple(t.shape)}" for k, t in given.items()
+                           if k != "key_mask")
+        what = f"{name} raised on {shapes}"
+        unchanged = _unchanged(given)
+
+    def run() -> Any:
+        with torch.set_grad_enabled(grad):
+            return call()
+
+    out = _tensor_out(_call(what, run), x)
+    if given:
+        unchanged(f"{name} on {shapes}")
+    return out
+
+
+def _hook(state: Executed, name: str) -> Any:
+    hook = state.subject.hooks.get(name)
+    if hook is None:
+        raise RuntimeError(f"the runner asked for the {name} hook, which the subject lacks")
+    return hook
+
+
+def _decode(state: Executed, module: torch.nn.Module, x: Tensor, chunks: list[int],
+            mask: Tensor | None = None) -> Tensor:
+    """The decode hook over x, chunk by chunk, each against the cache the last one returned;
+    with a key mask, the decode_padded hook, given the mask up to the chunk's end. Each
+    chunk's output has the chunk's shape, dtype and device, and the inputs stay unchanged."""
+    hook = _hook(state, "decode" if mask is None else "decode_padded")
+    cache, offset, outs = None, 0, []
+    # All of x and the mask: a chunk's call may reach past its own view into later tokens.
+    unchanged = _unchanged({"x": x} if mask is None else {"x": x, "key_mask": mask})
+    B, _, C = x.shape
+    for size in chunks:
+        piece = x[:, offset:offset + size]
+        seen = None if mask is None else mask[:, :offset + size]
+        call = (f"decode(module, x[:, {offset}:{offset + size}], cache, offset={offset})"
+                if seen is None else f"decode_padded(module, x[:, {offset}:{offset + size}], "
+                f"key_mask[:, :{offset + size}], cache, offset={offset})")
+
+        def run(piece: Tensor = piece, seen: Tensor | None = seen, cache: Any = cache,
+                offset: int = offset) -> Any:
+            with torch.no_grad():
+                if seen is None:
+                    return hook(module, piece, cache, offset)
+                return hook(module, piece, seen, cache, offset)
+
+        result = _call(f"{call} raised", run)
+        pair = _call(f"{call}: unpacking its result raised",
+                     lambda result=result: tuple(result) if isinstance(result, tuple) else None)
+        if pair is None or len(pair) != 2:
+            raise _Fault(f"{call} returned {type(result).__name__}, not (output, cache).")
+        out, cache = pair
+        out = _tensor_out(out, piece)
+        layout = _call(f"{call}: reading its output's shape, dtype and device raised",
+                       lambda out=out: (tuple(out.shape), out.dtype, out.device))
+        if layout != ((B, size, C), piece.dtype, piece.device):
+            raise _Fault(f"{call} returned output of shape {layout[0]} {layout[1]} on "
+                         f"{layout[2]}, not {(B, size, C)} {piece.dtype} on {piece.device} "
+                         "like its input.")
+        unchanged(call)
+        outs.append(out)
+        offset += size
+    return _call("joining the decoded chunks (torch.cat) raised",  # subclasses may refuse
+                 lambda: torch.cat(outs, dim=1))
+
+
+def _parameters(module: torch.nn.Module) -> list[tuple[str, Tensor]]:
+    return _call("module.named_parameters() raised", lambda: [  # its own tensors' flags too
+        (n, p) for n, p in module.named_parameters() if isinstance(p, Tensor) and p.requires_grad])
+
+
+def _export(subject: Subject, module: torch.nn.Module,
+            unknown: list[str] | None = None) -> dict[str, Tensor]:
+    """The exported tensors, still attached to the module (for pullbacks); the names of keys
+    outside the protocol's are added to `unknown` (the runner names them against the spec)."""
+    if subject.export_weights is None:
+        raise _Fault("the subject has no export_weights")
+    exported = _call("export_weights raised", subject.export_weights, module)
+    if not isinstance(exported, Mapping):
+        raise _Fault(f"export_weights returned {type(exported).__name__}, not a mapping of "
+                     f"{', '.join(WEIGHT_KEYS)} to tensors.")
+    weights = _call("iterating export_weights' mapping raised", lambda: dict(exported.items()))
+    if unknown is not None:
+        known = (*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS)
+        unknown += sorted(str(k)[:100] for k in weights if k not in known)
+    return _call("reading export_weights' mapping raised", _exported, weights)
+
+
+def _exported(weights: dict[Any, Any]) -> dict[str, Tensor]:
+    """The protocol's keys of the mapping export_weights returned (its keys are its own)."""
+    missing = [k for k in WEIGHT_KEYS if k not in weights]
+    if missing:
+        keys = sorted(map(str, weights))
+        # A misspelt key is missing under its own name: say which of the others it may be.
+        odd = [k for k in keys if k not in (*WEIGHT_KEYS, *BIAS_KEYS)]
+        guess = {k: difflib.get_close_matches(k, missing, n=1) for k in odd}
+        typos = "".join(f" {k!r} is no key of the protocol's; did you mean {g[0]!r}?"
+                        for k, g in guess.items() if g)
+        raise _Fault(f"export_weights returned keys {keys}; missing {', '.join(missing)}."
+                     + typos)
+    out = {}
+    for key in (*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS):
+        value = weights.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, Tensor):
+            raise _Fault(f"export_weights: {key} is {type(value).__name__}, not a Tensor.")
+        out[key] = value
+    return out
+
+
+def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    op = step["op"]
+    if op == "refuses":  # divisibility: build alone, on a configuration it must refuse
+        C, H = int(step["n_embd"]), int(step["n_head"])
+        reset_torch_state()
+        with torch.random.fork_rng(devices=[]):
+            try:
+                built = state.subject.build(C, H)
+            except BaseException as error:
+                if not _subject_error(error):
+                    raise
+                return {"raised": True, "type": type(error).__name__}
+        return {"raised": False, "type": type(built).__name__}
+    module = state.module
+    if module is None:
+        raise RuntimeError(f"step {op!r} before any build")
+    if op == "decode":
+        tokens: Tensor = step["x"].to(state.device)
+        mask = step.get("mask")
+        out = _decode(state, module, tokens, [int(n) for n in step["chunks"]],
+                      None if mask is None else mask.to(device=tokens.device, dtype=torch.bool))
+        return _sent("decode's output", out, tensor_limit(tokens.numel()))
+    if op == "forward":
+        x: Tensor = step["x"].to(state.device)
+        out = _forward(module, x, grad=False, state=state, step=step)
+        result = _sent("forward's output", out, tensor_limit(x.numel()))
+        if step.get("keep_input"):
+            result["input"] = x
+        return result
+    if op == "grad":
+        x = step["x"].to(state.device).requires_grad_(True)
+        params = _parameters(module) if step.get("params") else []
+        out = _forward(module, x, grad=True, state=state, step=step)
+        sent = _sent("forward's output", out, tensor_limit(x.numel()))
+        if not _call("reading the output's requires_grad raised", lambda: bool(out.requires_grad)):
+            return {**sent, "grad_x": None, "params": {}}
+        if sent["out"].shape != step["cotangent"].shape:  # else backward's own, obscure error
+            raise _Fault(f"{call_name(step)} returned {tuple(sent['out'].shape)} for input "
+                         f"{tuple(x.shape)}: its backward needs an output of the input's shape.")
+        cotangent = _call("moving the cotangent to the output's device raised",
+                          lambda: step["cotangent"].to(device=out.device, dtype=out.dtype))
+        grads = _call("backward raised", lambda: vjp([out], [x, *(p for _, p in params)],
+                                                     [cotangent]))
+        return {**sent,
+                "grad_x": None if grads[0] is None else _sendable("d(output)/d(input)", grads[0],
+                                                                  tensor_limit(x.numel())),
+                "params": _param_grads(state, params, grads[1:])}
+    if op == "shard_refuses":  # the sharding hook, on a spec the world does not divide
+        name = str(step["hook"])
+        try:
+            _hook(state, name)(module, state.mesh)
+        except BaseException as error:
+            if not _subject_error(error):
+                raise
+            return {"raised": True, "message": fault_text(error)}
+        return {"raised": False}
+    if op == "sharded_grad":  # one rank's share of a sharded forward and backward
+        x = step["x"].to(state.device).requires_grad_(True)
+        params = _parameters(module)
+        out = _forward(module, x, grad=True)
+        from torch.distributed.tensor import DTensor
+
+        if isinstance(out, DTensor):  # gathered before the backward, which then scatters
+            out = _tensor_out(_call("gathering the output (full_tensor()) raised",
+                                    lambda: out.full_tensor()), x)
+        if _call("reading the output's requires_grad raised", lambda: bool(out.requires_grad)):
+            cotangent = _call("moving the cotangent to the output's device raised",
+                              lambda: step["cotangent"].to(device=out.device, dtype=out.dtype))
+            grads = _call("backward raised", lambda: vjp([out], [x, *(p for _, p in params)],
+                                                         [cotangent]))
+        else:
+            grads = (None,) * (1 + len(params))
+        full = _tensor_out(_call("gathering the output raised", lambda: _plain(out.detach())), x)
+        shared: dict[str, Any] = _sent("forward's output", full, tensor_limit(x.numel()))
+        gx = grads[0]
+        shared["grad_x"] = None if gx is None else _sendable(
+            "d(output)/d(input)", _call("gathering d(output)/d(input) raised", _plain, gx),
+            tensor_limit(x.numel()))
+        layouts, gathered = {}, {}
+        _param_grads(state, params, [None] * len(params))  # the bound, before any gathering
+        for (name, _), g in zip(params, grads[1:], strict=True):
+            from torch.distributed.tensor import DTensor
+
+            layouts[name] = "dtensor" if isinstance(g, DTensor) else "local"
+            gathered[name] = None if g is None else _sendable(
+                f"d(output)/d({name})", _call(f"gathering d(output)/d({name}) raised",
+                                              lambda g=g: _plain(g)))
+        return {**shared, "params": gathered, "param_layout": layouts}
+    if op == "export":
+        unknown: list[str] = []
+        weights = _export(state.subject, module, unknown)
+        return {"weights": {k: _sendable(f"export_weights' {k}", v,
+                                         tensor_limit(state.n_embd * state.n_embd))
+                            for k, v in weights.items()},
+                "unknown": unknown[:_UNKNOWN_KEYS],
+                "connected": _call("reading export_weights' requires_grad raised", lambda: [
+                    k for k, v in weights.items() if v.requires_grad])}
+    if op == "pullback":  # the reference's weight gradients, mapped onto the parameters
+        given: dict[str, Tensor] = step["grads"]
+        params = _parameters(module)
+
+        def pull() -> Any:
+            with torch.enable_grad():
+                weights = _export(state.subject, module)
+                keys = [k for k in given if k in weights and weights[k].requires_grad]
+                outs = [weights[k] for k in keys]
+                return vjp(outs, [p for _, p in params],
+                           [given[k].to(device=o.device, dtype=o.dtype)
+                            for k, o in zip(keys, outs, strict=True)])
+
+        mapped = _call("mapping the reference's weight gradients through export_weights "
+                       "raised", pull)
+        return {"params": _param_grads(state, params, mapped)}
+    raise ValueError(f"unknown step {op!r}")
+
+
+def execute(state: Executed, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Answer one request: `{"kind": "ok", "results": [...]}` or the subject's fault."""
+    try:
+        if request.get("build") is not None:
+            _build(state, request["build"])
+        results = []
+        for step in request["steps"]:
+            reset_torch_state()
+            results.append(_step(state, step))
+        return {"kind": "ok", "results": results}
+    except _Fault as fault:
+        return {"kind": "error", "message": str(fault)}
+    except _Unsupported as unsupported:
+        return {"kind": "unsupported", "message": f"supports(spec) is False for {unsupported}"}

@@ -1,0 +1,378 @@
+"""Loading a TARGET as a subject (the protocol in docs/design.md), with plain errors.
+
+A TARGET is code and runs like a pytest file: its directory goes on sys.path and it is imported.
+Weights move only through `export_weights`; no weight file is read and nothing from outside is
+unpickled (the worker pipe carries only attnspec's own examples and verdicts).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import math
+import os
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from .._errors import ConfigError, TargetError
+from .options import HEAD_DIM_LIMIT, HEADS_LIMIT, MAX_WORLD
+
+__all__ = ["Subject", "check_variants", "clip", "default_dtypes", "fault_text", "load_subject",
+           "split_target"]
+
+DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64,
+               "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""The dtypes attnspec draws and checks, by name: the one list every front end offers."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    try:
+        return DTYPE_NAMES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; choose from {', '.join(DTYPE_NAMES)}") from None
+
+
+def default_dtypes(device: str) -> tuple[str, ...]:
+    """docs/design.md's default: float32, float64, bfloat16, and float16 on CUDA."""
+    base = ("float32", "float64", "bfloat16")
+    return (*base, "float16") if device == "cuda" else base
+
+
+@dataclass
+class Subject:
+    """A loaded subject: what the protocol provides, looked up once."""
+
+    target: str
+    name: str
+    build: Callable[..., Any]  # v1: build(n_embd, n_head); v2: build(spec)
+    export_weights: Callable[[Any], Mapping[str, Any]] | None
+    supports: Callable[..., bool] | None  # v1: supports(n_embd, n_head); v2: supports(spec)
+    dtypes: tuple[str, ...] | None
+    origin: str
+    protocol: int = 1
+    variants: dict[str, Any] | None = None  # v2's VARIANTS, in JSON form (parse_variants)
+    hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)  # v2: decode, padded, cross
+    corner: str = "bottom_right"  # v2: CORNER, where cross's causal diagonal sits
+    masked_rows: str = "zero"  # v2: MASKED_ROWS, what a query with no visible key gives
+    padding_values: str = "any"  # v2: PADDING_VALUES, "finite" where NaN/inf padding may leak
+    world_sizes: tuple[int, ...] = (2, 4)  # v2: WORLD_SIZES, the ranks its sharding hooks take
+    cp_layout: str = "head_tail"  # v2: CP_LAYOUT, which positions shard_positions' ranks hold
+
+
+HOOKS = ("decode", "padded", "cross", "shifted", "decode_padded", "shard_heads",
+         "shard_positions")
+"""Protocol v2's optional hooks (docs/design.md): each turns on its properties."""
+
+SHARD_HOOKS = {"shard_heads": "heads", "shard_positions": "positions"}
+"""The sharding hooks and the kind of sharding each does (`_sharding.KINDS`)."""
+
+
+
+def split_target(target: str) -> tuple[str, str | None]:
+    """`path/or.module[:NAME]` -> (spec, NAME or None)."""
+    spec, sep, name = target.rpartition(":")
+    if sep and name.isidentifier() and spec:
+        return spec, name
+    return target, None
+
+
+def clip(text: str, limit: int = 2000) -> str:
+    """A subject's own text, cut to `limit` characters so one huge message cannot flood a run."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def fault_text(error: BaseException) -> str:
+    """`Type: message` for an exception the subject raised, even one whose str() raises."""
+    try:
+        message = str(error)
+    except BaseException as broken:  # noqa: BLE001 - the subject's __str__ is its own code
+        message = f"<its str() raised {type(broken).__name__}>"
+    name = type(error).__name__
+    return clip(f"{name}: {message}" if message else name)
+
+
+def _is_path(spec: str) -> bool:
+    """A file path, not a dotted module; a folder named like a package imports as the package."""
+    if spec.endswith(".py") or os.sep in spec or (os.altsep and os.altsep in spec):
+        return True
+    if os.path.isdir(spec):  # a package has __init__.py; a namespace package has no build
+        package = os.path.isfile(os.path.join(spec, "__init__.py"))
+        return not (package and all(part.isidentifier() for part in spec.split(".")))
+    return os.path.exists(spec)
+
+
+def _error_location(error: BaseException, files: tuple[str, ...]) -> str:
+    """`file:line: Type: message`, at the subject's own frame when there is one."""
+    if isinstance(error, SyntaxError):
+        return f"{error.filename}:{error.lineno}: SyntaxError: {error.msg}"
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [f for f in frames if "importlib" not in f.filename
+           and os.sep + "attnspec" + os.sep not in f.filename]
+    mine = [f for f in own if os.path.abspath(f.filename) in files] or own
+    head = f"{mine[-1].filename}:{mine[-1].lineno}: " if mine else ""
+    return f"{head}{fault_text(error)}"
+
+
+def _import(target: str, spec: str) -> tuple[ModuleType, str]:
+    if _is_path(spec):
+        path = os.path.abspath(spec)
+        if os.path.isdir(path):
+            raise TargetError(f"TARGET {target!r}: {spec!r} is a directory; give a .py file, or "
+                              "a package by its dotted name.")
+        if not os.path.isfile(path):
+            raise TargetError(f"TARGET {target!r}: no such file {spec!r}.")
+        directory = os.path.dirname(path)
+        if directory not in sys.path:
+            sys.path.insert(0, directory)  # like pytest's rootdir-less import: siblings import
+        stem = os.path.splitext(os.path.basename(path))[0]
+        name = f"attnspec_subject_{stem}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise TargetError(f"TARGET {target!r}: {spec!r} cannot be imported as Python.")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as error:
+            del sys.modules[name]
+            raise TargetError(f"TARGET {target!r} failed to import: "
+                              f"{_error_location(error, (path,))}") from None
+        return module, path
+    if "." not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a dotted TARGET resolves from where the user stands
+    try:
+        module = importlib.import_module(spec)
+    except ModuleNotFoundError as error:
+        if error.name and spec.startswith(error.name):
+            raise TargetError(f"TARGET {target!r}: no module named {error.name!r} "
+                              "(neither a file nor an importable module).") from None
+        raise TargetError(f"TARGET {target!r} failed to import: "
+                          f"{_error_location(error, ())}") from None
+    except Exception as error:
+        raise TargetError(f"TARGET {target!r} failed to import: "
+                          f"{_error_location(error, ())}") from None
+    return module, getattr(module, "__file__", None) or spec
+
+
+def _optional(obj: Any, attr: str, target: str) -> Any:
+    value = getattr(obj, attr, None)
+    if value is not None and not callable(value):
+        raise TargetError(f"TARGET {target!r}: {attr} is of type {type(value).__name__}, "
+                          "not a function.")
+    return value
+
+
+def protocol_of(obj: Any, target: str) -> tuple[int, dict[str, Any] | None]:
+    """A subject's PROTOCOL (1 unless it says 2) and, for 2, its VARIANTS checked; a bad value
+    is a TargetError naming `target`."""
+    protocol = getattr(obj, "PROTOCOL", 1)
+    if protocol not in (1, 2) or isinstance(protocol, bool):
+        raise TargetError(f"TARGET {target}: PROTOCOL = {protocol!r}; attnspec speaks "
+                          "protocol 1 (build(n_embd, n_head)) and 2 (build(spec)).")
+    if protocol == 1:
+        return 1, None
+    from ..reference.spec import parse_variants
+
+    try:
+        variants = parse_variants(getattr(obj, "VARIANTS", {}))
+    except ConfigError as error:
+        raise TargetError(f"TARGET {target}: {error}") from None
+    check_variants(variants, target)
+    return 2, variants
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+# Why a listed VARIANTS value can make no valid AttentionSpec, per field (None: it can).
+_VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "n_kv_head": (lambda v: v is None or (_whole(v) and 1 <= v <= HEADS_LIMIT),
+                  f"a whole number of key/value heads in 1..{HEADS_LIMIT} (it must divide "
+                  "n_head), or None"),
+    "head_dim": (lambda v: v is None or (_whole(v) and 1 <= v <= HEAD_DIM_LIMIT),
+                 f"a whole number of channels per head in 1..{HEAD_DIM_LIMIT}, or None"),
+    "window": (lambda v: v is None or _whole(v) and v >= 1,
+               "a whole number of keys >= 1 (query i sees key j iff i - window < j <= i), "
+               "or None"),
+    "scale": (lambda v: v is None or _positive(v), "a finite number > 0, or None"),
+    "softcap": (lambda v: v is None or _positive(v), "a finite number > 0, or None"),
+    "bias": (lambda v: isinstance(v, bool), "True or False"),
+    "sinks": (lambda v: isinstance(v, bool), "True or False"),
+}
+
+
+def _rotates_some_head(fraction: float, fewest: int = 2) -> bool:
+    """Whether RoPE's `fraction` turns an even number >= fewest of channels of some D."""
+    rotated = (int(D * fraction) for D in range(1, HEAD_DIM_LIMIT + 1))
+    return any(r >= fewest and r % 2 == 0 for r in rotated)
+
+
+def check_variants(variants: Mapping[str, Any], target: str) -> None:
+    """Raise TargetError, naming the field, the value and why, for a listed VARIANTS value (in
+    `parse_variants`' JSON form) that no AttentionSpec attnspec can draw could take: every
+    example with it would be refused, and the property skipped unchecked."""
+    from ..reference.spec import ALiBi, DynamicNTK, RoPE, positions_from_json, qk_norm_from_json
+
+    def bad(name: str, value: Any, why: str) -> TargetError:
+        if isinstance(value, dict) and value.get("kind") == "rope":  # as the subject wrote it
+            value = "RoPE(" + ", ".join(f"{k}={v!r}" for k, v in value.items() if k != "kind") + ")"
+        shown = value if isinstance(value, str) and value.startswith("RoPE(") else repr(value)
+        return TargetError(f"TARGET {target}: VARIANTS[{name!r}] lists {clip(shown, 200)}, "
+                           f"which no attention spec can have: {why}.")
+
+    if not isinstance(variants, Mapping):  # a forged ready message, not parse_variants' form
+        raise TargetError(f"TARGET {target}: VARIANTS arrived as {type(variants).__name__}, not "
+                          "a dict of spec field -> 'any' or a list of values.")
+    for name, values in variants.items():
+        if values == "any":
+            continue
+        if not isinstance(values, list):  # a forged ready message, not parse_variants' form
+            raise bad(name, values, "give 'any' or a list of values")
+        for value in values:
+            if name == "positions":
+                try:
+                    positions = positions_from_json(value)
+                except (ConfigError, TypeError) as error:
+                    raise bad(name, value, str(error).rstrip(".")) from None
+                if isinstance(positions, ALiBi) and positions.slopes is not None and len(
+                        positions.slopes) > HEADS_LIMIT:
+                    raise bad(name, value, f"ALiBi's {len(positions.slopes)} slopes fix n_head "
+                                           f"at {len(positions.slopes)}, and attnspec draws "
+                                           f"n_head up to {HEADS_LIMIT}")
+                if isinstance(positions, RoPE) and isinstance(positions.scaling, DynamicNTK) \
+                        and not _rotates_some_head(positions.fraction, 4):
+                    raise bad(name, value, f"dynamic NTK needs at least 4 rotated channels, "
+                                           f"and fraction={positions.fraction!r} gives none "
+                                           f"for any head_dim up to {HEAD_DIM_LIMIT}")
+                if isinstance(positions, RoPE) and not _rotates_some_head(positions.fraction):
+                    raise bad(name, value, f"RoPE rotates int(head_dim * fraction) "
+                                               f"channels, an even number >= 2, and fraction="
+                                               f"{positions.fraction!r} gives none for any "
+                                               f"head_dim up to {HEAD_DIM_LIMIT}")
+                continue
+            if name == "qk_norm":
+                try:
+                    qk_norm_from_json(value)
+                except (ConfigError, TypeError) as error:
+                    raise bad(name, value, str(error).rstrip(".")) from None
+                continue
+            rule = _VALUE_RULES.get(name)
+            if rule is not None and not rule[0](value):
+                raise bad(name, value, f"{name} must be {rule[1]}")
+
+
+def _hooks(obj: Any, target: str, protocol: int,
+           ) -> tuple[dict[str, Callable[..., Any]], str, str, str]:
+    """A v2 subject's inference hooks, CORNER, MASKED_ROWS and PADDING_VALUES, checked."""
+    from ..reference.inference import CORNERS, MASKED_ROWS, PADDING_VALUES
+
+    found = {name: _optional(obj, name, target) for name in HOOKS}
+    hooks = {name: hook for name, hook in found.items() if hook is not None}
+    if hooks and protocol != 2:
+        raise TargetError(f"TARGET {target!r} defines {', '.join(hooks)}, which are protocol 2 "
+                          "hooks: set PROTOCOL = 2 and build(spec).")
+    values = []
+    for attr, default, allowed in (("CORNER", "bottom_right", CORNERS),
+                                   ("MASKED_ROWS", "zero", MASKED_ROWS),
+                                   ("PADDING_VALUES", "any", PADDING_VALUES)):
+        value = getattr(obj, attr, default)
+        if value not in allowed:
+            raise TargetError(f"TARGET {target!r}: {attr} = {value!r}; it must be one of "
+                              f"{', '.join(map(repr, allowed))}.")
+        values.append(str(value))
+    return hooks, values[0], values[1], values[2]
+
+
+def sharding_of(obj: Any, target: str) -> tuple[tuple[int, ...], str]:
+    """A subject's WORLD_SIZES and CP_LAYOUT, checked; a bad value is a TargetError."""
+    from ..reference.sharding import LAYOUTS
+
+    sizes = getattr(obj, "WORLD_SIZES", (2, 4))
+    try:
+        worlds = tuple(sorted(set(sizes)))
+    except TypeError:
+        worlds = ()
+    if not worlds or not all(isinstance(w, int) and not isinstance(w, bool)
+                             and 2 <= w <= MAX_WORLD for w in worlds):
+        raise TargetError(f"TARGET {target!r}: WORLD_SIZES = {sizes!r}; it must be a sequence of "
+                          f"whole numbers of ranks in 2..{MAX_WORLD}, such as (2, 4).")
+    layout = getattr(obj, "CP_LAYOUT", "head_tail")
+    if layout not in LAYOUTS:
+        raise TargetError(f"TARGET {target!r}: CP_LAYOUT = {layout!r}; it must be one of "
+                          f"{', '.join(map(repr, LAYOUTS))} (attnspec.shard_positions_of).")
+    return worlds, str(layout)
+
+
+def load_subject(target: str) -> Subject:
+    """Import TARGET and check that it provides the protocol; `TargetError` says what is wrong."""
+    if not isinstance(target, str) or not target.strip():
+        raise TargetError(f"TARGET {target!r}: expected a file path or a dotted module name.")
+    spec, attr = split_target(target.strip())
+    module, origin = _import(target, spec)
+    obj: Any = module
+    if attr is not None:
+        if not hasattr(module, attr):
+            raise TargetError(f"TARGET {target!r}: {spec} has no attribute {attr!r}.")
+        obj = getattr(module, attr)
+    build = getattr(obj, "build", None)
+    if build is None:
+        if obj is not module and callable(obj):
+            build = obj  # a plain callable TARGET is taken as build
+        else:
+            raise TargetError(f"TARGET {target!r} has no build(n_embd, n_head); "
+                              "define one that returns a torch.nn.Module.")
+    if not callable(build):
+        raise TargetError(f"TARGET {target!r}: build is of type {type(build).__name__}, "
+                          "not a function.")
+    protocol, variants = protocol_of(obj, repr(target))
+    call = "build(n_embd, n_head)" if protocol == 1 else "build(spec)"
+    try:
+        inspect.signature(build).bind(*((1, 1) if protocol == 1 else (None,)))
+    except TypeError:
+        raise TargetError(f"TARGET {target!r}: build{inspect.signature(build)} cannot be called "
+                          f"as {call}.") from None
+    except ValueError:  # builtins without a signature: let the first call tell
+        pass
+    dtypes: tuple[str, ...] | None = None
+    declared = getattr(obj, "DTYPES", None)
+    if declared is not None:
+        try:
+            dtypes = tuple(dtype_name(d) for d in declared if isinstance(d, torch.dtype))
+        except TypeError:
+            dtypes = ()
+        if not dtypes or len(dtypes) != len(list(declared)):
+            raise TargetError(f"TARGET {target!r}: DTYPES must be a sequence of torch dtypes, "
+                              f"got {declared!r}.")
+        unknown = [d for d in dtypes if d not in DTYPE_NAMES]
+        if unknown:
+            raise TargetError(f"TARGET {target!r}: DTYPES lists {', '.join(unknown)}; attnspec "
+                              f"checks {', '.join(DTYPE_NAMES)}.")
+    name = getattr(obj, "__name__", None) or type(obj).__name__
+    hooks, corner, masked_rows, padding_values = _hooks(obj, target, protocol)
+    world_sizes, cp_layout = sharding_of(obj, target)
+    return Subject(hooks=hooks, corner=corner, masked_rows=masked_rows,
+                   padding_values=padding_values, world_sizes=world_sizes, cp_layout=cp_layout,
+                   target=target,
+                   name=str(name), build=build,
+                   export_weights=_optional(obj, "export_weights", target),
+                   supports=_optional(obj, "supports", target), dtypes=dtypes,
+                   origin=str(origin), protocol=protocol, variants=variants)

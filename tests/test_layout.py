@@ -1,0 +1,93 @@
+"""The package's layers: reference (the math) <- properties (the judging) <- runner (running a
+subject) <- frontends (CLI, API, plugin), with no import circle between modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnspec"
+# What each layer may import from attnspec (subjects/ are built-ins: anything below frontends).
+LAYERS = {"reference": {"reference", "_errors"},
+          "properties": {"reference", "properties", "runner", "_errors"},
+          "runner": {"reference", "properties", "runner", "_errors", "subjects"},
+          "frontends": {"reference", "properties", "runner", "frontends", "_errors", "subjects"}}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """The attnspec modules `path` imports, wherever in the file (function bodies too), except
+    under `if TYPE_CHECKING:`, which never runs."""
+    tree = ast.parse(path.read_text())
+    here = _module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(n) for n in ast.walk(node)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("attnspec"):
+                continue
+            for alias in node.names:  # `from . import core` imports a module
+                sub = f"{target}.{alias.name}"
+                found.add(sub if _exists(sub) else target)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("attnspec")}
+    return found
+
+
+def _exists(dotted: str) -> bool:
+    path = PACKAGE.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+GRAPH = {_module_name(p): _imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_no_module_imports_itself_back() -> None:
+    circles = []
+    for start in GRAPH:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in GRAPH.get(node, ()):
+                if nxt == start:
+                    circles.append(" -> ".join([*path, start]))
+                elif nxt not in seen and nxt in GRAPH:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert not circles, "import circles:\n" + "\n".join(sorted(set(circles)))
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_each_layer_imports_only_the_layers_below_it(layer: str) -> None:
+    wrong = []
+    for module, imported in GRAPH.items():
+        if module.split(".")[1:2] != [layer]:
+            continue
+        for target in imported:
+            top = target.split(".")[1] if "." in target else ""
+            if top and top not in LAYERS[layer]:
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_graph_is_read() -> None:
+    # The test above cannot pass by reading nothing: the core is imported by every reference.
+    assert "attnspec.reference.core" in GRAPH["attnspec.reference.module"]
+    assert "attnspec.reference.core" in GRAPH["attnspec.reference.pieces"]
