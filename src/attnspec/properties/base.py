@@ -144,7 +144,7 @@ class Context:
     def submit(self, ex: Example | None, steps: Sequence[dict[str, Any]], *,
                check_layout: bool = True) -> None:
         """`request`'s first half: the worker starts while the runner computes its side."""
-        self.forwards += sum(1 for s in steps if s["op"] in ("forward", "grad"))
+        self.forwards += sum(1 for s in steps if s["op"] in ("forward", "grad", "kernel"))
         self._steps, self._layout = list(steps), check_layout
         if ex is not None:
             self._device = ex.device

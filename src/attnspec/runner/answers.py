@@ -83,6 +83,8 @@ def call_name(step: Mapping[str, Any]) -> str:
         return "forward"
     if op == "sharded_grad":
         return "the sharded module"
+    if op == "kernel":
+        return "attention"
     return str(op)
 
 
@@ -133,10 +135,48 @@ class _Result:
                                 "of the exported keys.")
         elif op == "pullback":
             self.tensors("params", optional=True)
+        elif op == "kernel":
+            self.kernel(device, layout)
         elif op in ("refuses", "shard_refuses"):
             self.plain("raised", bool)
             self.plain("type" if op == "refuses" else "message", str,
                        optional=op == "shard_refuses")
+
+    def kernel(self, device: str | None, layout: bool) -> None:
+        """A kernel call's o (the declared shape, q's dtype, the device), its LSE where
+        declared, gradients of q's, k's and v's shapes, and the inputs as the call left them."""
+        out = self.tensor("out")
+        where = self.plain("device", str)
+        lse = self.tensor("lse", optional=True)
+        self.plain("lse_grad", bool)
+        step = self.step
+        grads = {g: self.tensor(g, optional=True) for g in ("dq", "dk", "dv") if g in self.result}
+        if step.get("inputs_after"):
+            self.tensors("inputs")
+        if step.get("lse") and lse is None:
+            raise BadAnswer(f"{self.what} has no 'lse', though the subject declares one.")
+        for (name, g), t in zip(grads.items(), "qkv", strict=False):
+            if g is not None and tuple(g.shape) != tuple(step[t].shape):
+                raise BadAnswer(f"{self.what} has {name!r} of shape {tuple(g.shape)}, not "
+                                f"{t}'s {tuple(step[t].shape)}.")
+        if not layout:
+            return
+        assert out is not None
+        q: Tensor = step["q"]
+        want = tuple(step["out_shape"])
+        problems = []
+        if tuple(out.shape) != want:
+            problems.append(f"o of shape {tuple(out.shape)}, not {want}")
+        if out.dtype != q.dtype:
+            problems.append(f"o of dtype {out.dtype}, not q's {q.dtype}")
+        if device is not None and where != device:
+            problems.append(f"o on {where}, not {device}")
+        if lse is not None and step.get("lse") and tuple(lse.shape) != tuple(step["lse_shape"]):
+            problems.append(f"an LSE of shape {tuple(lse.shape)}, not "
+                            f"{tuple(step['lse_shape'])} (LSE_LAYOUT)")
+        if problems:
+            raise BadAnswer(f"attention returned {'; '.join(problems)} for q {tuple(q.shape)}, so "
+                            "this property cannot be checked (see width and dtype).")
 
     def field(self, key: str) -> Any:
         if key not in self.result:

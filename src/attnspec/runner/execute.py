@@ -63,6 +63,7 @@ class Executed:
     device: str = "cpu"
     mesh: Any = None  # a rank's device mesh, handed to the sharding hooks
     n_embd: int = 0  # bound_width of the module built last: it bounds exports and gradients
+    kernel_inputs: tuple[Tensor, ...] | None = None  # a kernel's q, k, v of its last call
 
 
 def tensor_limit(numel: int) -> int:
@@ -106,6 +107,9 @@ def answer_limit(request: Mapping[str, Any], n_embd: int) -> int:
                 n_embd * n_embd)
         elif op == "pullback":
             elements += _params_limit(n_embd)
+        elif op == "kernel":  # o and the LSE, dq, dk, dv, and q, k, v as they were left
+            n = sum(step[t].numel() for t in "qkv" if isinstance(step.get(t), Tensor))
+            elements += 3 * tensor_limit(n)
     return _HEADER + _ITEM * elements
 
 
@@ -161,7 +165,122 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _build_kernel(state: Executed, case: Mapping[str, Any]) -> None:
+    """A kernel has nothing to build: the example's seed for its randomness, and supports."""
+    state.module, state.device, state.kernel_inputs = None, str(case["device"]), None
+    reset_torch_state()
+    torch.default_generator.manual_seed(int(case["seed"]))
+    supports = state.subject.supports
+    if supports is not None:
+        shown = ", ".join(f"{k}={v!r}" for k, v in case.items() if k != "seed")
+        if not answer_bool(f"supports({{{shown}}})",
+                           _call("supports(case) raised", supports, dict(case)), _Fault):
+            raise _Unsupported(f"{{{shown}}}")
+
+
+def _same_memory(a: Tensor, b: Tensor) -> bool:
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and \
+            a.untyped_storage().nbytes() > 0
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def _poison(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device: str) -> None:
+    """NaN blocks of the outputs' sizes, freed at once: memory a kernel takes with
+    torch.empty and returns unwritten then holds NaN, not an earlier answer (best effort:
+    large CPU blocks come back from the OS as zeros, which the oracle rejects all the same)."""
+    blocks = [torch.full(shape, float("nan"), dtype=dtype, device=device) for shape in shapes]
+    del blocks
+
+
+def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    """One call of the kernel: attention(q, k, v, causal=..., **keywords); with `grad`, the
+    backward of sum(o * do) (+ sum(lse * dlse)); the outputs as plain tensors."""
+    device = state.device
+    grad = step.get("grad")
+    given = [step[t].to(device) for t in "qkv"]
+    if step.get("in_place"):  # new values into the last call's tensors: the same addresses
+        if state.kernel_inputs is None:
+            raise RuntimeError("an in-place kernel step before any kernel call")
+        for old, new in zip(state.kernel_inputs, given, strict=True):
+            if old.shape != new.shape:
+                raise RuntimeError("an in-place kernel step of another shape")
+            with torch.no_grad():
+                old.copy_(new)
+        given = list(state.kernel_inputs)
+    q, k, v = given
+    if grad is not None:
+        for t in given:
+            t.requires_grad_(True)
+    state.kernel_inputs = (q, k, v)
+    keywords = dict(step.get("keywords", {}))
+    for name in ("cu_seqlens_q", "cu_seqlens_k"):
+        if name in keywords:
+            keywords[name] = torch.tensor(keywords[name], dtype=torch.int32, device=device)
+    for name in ("alibi_slopes", "sinks"):
+        if step.get(name) is not None:
+            keywords[name] = step[name].to(device=device, dtype=torch.float32)
+    if isinstance(keywords.get("window"), list):
+        keywords["window"] = tuple(keywords["window"])
+    _poison([tuple(q.shape)], q.dtype, device)
+    shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", given, strict=True))
+    what = f"attention({shapes}, {', '.join(f'{k}=...' for k in keywords)}) raised"
+
+    def run() -> Any:
+        with torch.set_grad_enabled(grad is not None):
+            return state.subject.build(q, k, v, **keywords)
+
+    result = _call(what, run)
+    want_lse = bool(step.get("lse"))
+    if want_lse:
+        if not (isinstance(result, tuple | list) and len(result) == 2):
+            raise _Fault(f"attention returned {type(result).__name__}, not (o, lse): the "
+                         "subject declares LSE, so it returns both.")
+        out, lse = result
+    else:
+        if isinstance(result, tuple | list):
+            raise _Fault(f"attention returned a {type(result).__name__} of "
+                         f"{len(result)}, not o alone: the subject declares no LSE "
+                         "(set LSE = 'natural' or 'base2' to have it checked).")
+        out, lse = result, None
+    for name, t in (("o", out), ("lse", lse)):
+        if t is None:
+            continue
+        if type(t) is not Tensor:  # a subclass or a lazy tensor computes when read
+            raise _Fault(f"attention returned {name} of type {type(t).__module__}."
+                         f"{type(t).__qualname__}, not a plain torch.Tensor.")
+        for input_name, t_in in zip("qkv", given, strict=True):
+            if _same_memory(t, t_in):
+                raise _Fault(f"attention returned {name} in the memory of its input "
+                             f"{input_name}: an output must be a tensor of its own.")
+    sent: dict[str, Any] = {**_sent("attention's o", out, tensor_limit(q.numel())),
+                            "lse": None if lse is None else _sendable(
+                                "attention's lse", lse, tensor_limit(q.numel())),
+                            "lse_grad": bool(lse is not None and lse.requires_grad)}
+    if grad is not None:
+        outs, cotangents = [], []
+        if grad.get("do") is not None and out.requires_grad:
+            outs.append(out)
+            cotangents.append(grad["do"].to(device=out.device, dtype=out.dtype))
+        if grad.get("dlse") is not None and lse is not None and lse.requires_grad:
+            outs.append(lse)
+            cotangents.append(grad["dlse"].to(device=lse.device, dtype=lse.dtype))
+        grads = _call("backward raised", lambda: vjp(outs, given, cotangents)) if outs else (
+            None, None, None)
+        for name, g, t in zip(("dq", "dk", "dv"), grads, given, strict=True):
+            sent[name] = None if g is None else _sendable(f"d/d{name[1]}", g,
+                                                          tensor_limit(t.numel()))
+    if step.get("inputs_after"):
+        sent["inputs"] = {n: _sendable(f"{n} after the call", t, tensor_limit(t.numel()))
+                          for n, t in zip("qkv", given, strict=True)}
+    return sent
+
+
 def _build(state: Executed, spec: Mapping[str, Any]) -> None:
+    if spec.get("kernel"):
+        _build_kernel(state, spec)
+        return
     C, H = int(spec["n_embd"]), int(spec["n_head"])
     dtype, device = dtype_from_name(spec["dtype"]), str(spec["device"])
     state.module, state.device, state.n_embd = None, device, bound_width(spec)
@@ -449,6 +568,8 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
                     raise
                 return {"raised": True, "type": type(error).__name__}
         return {"raised": False, "type": type(built).__name__}
+    if op == "kernel":
+        return _kernel(state, step)
     module = state.module
     if module is None:
         raise RuntimeError(f"step {op!r} before any build")
@@ -565,4 +686,5 @@ def execute(state: Executed, request: Mapping[str, Any]) -> dict[str, Any]:
     except _Fault as fault:
         return {"kind": "error", "message": str(fault)}
     except _Unsupported as unsupported:
-        return {"kind": "unsupported", "message": f"supports(spec) is False for {unsupported}"}
+        which = "supports(case)" if state.subject.protocol == "kernel" else "supports(spec)"
+        return {"kind": "unsupported", "message": f"{which} is False for {unsupported}"}

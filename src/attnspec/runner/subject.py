@@ -60,8 +60,9 @@ class Subject:
     supports: Callable[..., bool] | None  # v1: supports(n_embd, n_head); v2: supports(spec)
     dtypes: tuple[str, ...] | None
     origin: str
-    protocol: int = 1
+    protocol: int | str = 1  # 1, 2, or "kernel"
     variants: dict[str, Any] | None = None  # v2's VARIANTS, in JSON form (parse_variants)
+    kernel: dict[str, Any] | None = None  # a kernel's conventions (KernelConventions.to_json)
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)  # v2: decode, padded, cross
     corner: str = "bottom_right"  # v2: CORNER, where cross's causal diagonal sits
     masked_rows: str = "zero"  # v2: MASKED_ROWS, what a query with no visible key gives
@@ -179,9 +180,10 @@ def protocol_of(obj: Any, target: str) -> tuple[int, dict[str, Any] | None]:
     """A subject's PROTOCOL (1 unless it says 2) and, for 2, its VARIANTS checked; a bad value
     is a TargetError naming `target`."""
     protocol = getattr(obj, "PROTOCOL", 1)
-    if protocol not in (1, 2) or isinstance(protocol, bool):
+    if protocol not in (1, 2, "kernel") or isinstance(protocol, bool):
         raise TargetError(f"TARGET {target}: PROTOCOL = {protocol!r}; attnspec speaks "
-                          "protocol 1 (build(n_embd, n_head)) and 2 (build(spec)).")
+                          "protocol 1 (build(n_embd, n_head)), 2 (build(spec)) and \"kernel\" "
+                          "(attention(q, k, v, *, causal, ...)).")
     if protocol == 1:
         return 1, None
     from ..reference.spec import parse_variants
@@ -322,6 +324,58 @@ def sharding_of(obj: Any, target: str) -> tuple[tuple[int, ...], str]:
     return worlds, str(layout)
 
 
+def _dtypes(obj: Any, target: str) -> tuple[str, ...] | None:
+    """A subject's DTYPES by name, checked (None: attnspec's defaults)."""
+    declared = getattr(obj, "DTYPES", None)
+    if declared is None:
+        return None
+    try:
+        dtypes = tuple(dtype_name(d) for d in declared if isinstance(d, torch.dtype))
+    except TypeError:
+        dtypes = ()
+    if not dtypes or len(dtypes) != len(list(declared)):
+        raise TargetError(f"TARGET {target!r}: DTYPES must be a sequence of torch dtypes, "
+                          f"got {declared!r}.")
+    unknown = [d for d in dtypes if d not in DTYPE_NAMES]
+    if unknown:
+        raise TargetError(f"TARGET {target!r}: DTYPES lists {', '.join(unknown)}; attnspec "
+                          f"checks {', '.join(DTYPE_NAMES)}.")
+    return dtypes
+
+
+def _load_kernel(obj: Any, target: str, origin: str) -> Subject:
+    """A kernel subject: attention(q, k, v, *, causal, ...) and its conventions, checked."""
+    from ..reference.conventions import KernelConventions
+
+    attention = getattr(obj, "attention", None)
+    if attention is None and obj is not None and callable(obj) and not isinstance(
+            obj, ModuleType):
+        attention = obj
+    if attention is None or not callable(attention):
+        raise TargetError(f"TARGET {target!r} says PROTOCOL = \"kernel\" but has no "
+                          "attention(q, k, v, *, causal, ...): define one that returns o, or "
+                          "(o, lse) where it declares LSE.")
+    try:
+        inspect.signature(attention).bind(None, None, None, causal=True)
+    except TypeError:
+        raise TargetError(f"TARGET {target!r}: attention{inspect.signature(attention)} cannot "
+                          "be called as attention(q, k, v, causal=True).") from None
+    except ValueError:
+        pass
+    try:
+        conventions = KernelConventions.of(obj)
+    except ConfigError as error:
+        raise TargetError(f"TARGET {target!r}: {error}") from None
+    for stray in HOOKS:
+        if getattr(obj, stray, None) is not None:
+            raise TargetError(f"TARGET {target!r} is a kernel (PROTOCOL = \"kernel\") and "
+                              f"defines {stray}, a module hook: a kernel takes q, k, v only.")
+    name = getattr(obj, "__name__", None) or type(obj).__name__
+    return Subject(target=target, name=str(name), build=attention, export_weights=None,
+                   supports=_optional(obj, "supports", target), dtypes=_dtypes(obj, target),
+                   origin=str(origin), protocol="kernel", kernel=conventions.to_json())
+
+
 def load_subject(target: str) -> Subject:
     """Import TARGET and check that it provides the protocol; `TargetError` says what is wrong."""
     if not isinstance(target, str) or not target.strip():
@@ -333,6 +387,8 @@ def load_subject(target: str) -> Subject:
         if not hasattr(module, attr):
             raise TargetError(f"TARGET {target!r}: {spec} has no attribute {attr!r}.")
         obj = getattr(module, attr)
+    if getattr(obj, "PROTOCOL", None) == "kernel":
+        return _load_kernel(obj, target, str(origin))
     build = getattr(obj, "build", None)
     if build is None:
         if obj is not module and callable(obj):
@@ -352,20 +408,7 @@ def load_subject(target: str) -> Subject:
                           f"as {call}.") from None
     except ValueError:  # builtins without a signature: let the first call tell
         pass
-    dtypes: tuple[str, ...] | None = None
-    declared = getattr(obj, "DTYPES", None)
-    if declared is not None:
-        try:
-            dtypes = tuple(dtype_name(d) for d in declared if isinstance(d, torch.dtype))
-        except TypeError:
-            dtypes = ()
-        if not dtypes or len(dtypes) != len(list(declared)):
-            raise TargetError(f"TARGET {target!r}: DTYPES must be a sequence of torch dtypes, "
-                              f"got {declared!r}.")
-        unknown = [d for d in dtypes if d not in DTYPE_NAMES]
-        if unknown:
-            raise TargetError(f"TARGET {target!r}: DTYPES lists {', '.join(unknown)}; attnspec "
-                              f"checks {', '.join(DTYPE_NAMES)}.")
+    dtypes = _dtypes(obj, target)
     name = getattr(obj, "__name__", None) or type(obj).__name__
     hooks, corner, masked_rows, padding_values = _hooks(obj, target, protocol)
     world_sizes, cp_layout = sharding_of(obj, target)

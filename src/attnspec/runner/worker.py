@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from .._errors import TargetError
+from .._errors import ConfigError, TargetError
 from .execute import Executed, answer_bool, answer_limit, execute
 from .isolation import WorkerUser, become_subreaper, sweep
 from .options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
@@ -68,8 +68,9 @@ class SubjectInfo:
     dtypes: tuple[str, ...] | None
     supported: tuple[tuple[int, int], ...] | None
     cuda: bool
-    protocol: int = 1
+    protocol: int | str = 1  # 1, 2 or "kernel"
     variants: dict[str, Any] | None = None  # protocol v2: what the subject lets vary
+    kernel: dict[str, Any] | None = None  # a kernel's conventions (KernelConventions.to_json)
     hooks: tuple[str, ...] = ()  # protocol v2's inference hooks it defines
     corner: str = "bottom_right"
     masked_rows: str = "zero"
@@ -104,7 +105,7 @@ class SubjectInfo:
         return cls(name=subject.name, origin=subject.origin,
                    has_export=subject.export_weights is not None, dtypes=subject.dtypes,
                    supported=supported, cuda=torch.cuda.is_available(),
-                   protocol=subject.protocol, variants=subject.variants,
+                   protocol=subject.protocol, variants=subject.variants, kernel=subject.kernel,
                    hooks=tuple(subject.hooks), corner=subject.corner,
                    masked_rows=subject.masked_rows, padding_values=subject.padding_values,
                    world_sizes=subject.world_sizes, cp_layout=subject.cp_layout)
@@ -151,6 +152,18 @@ class SubjectInfo:
                 k in VARIABLE_FIELDS and (v == "any" or isinstance(v, list) and v)
                 for k, v in variants.items()) or _unsendable(variants) is not None:
             raise TargetError(f"'info' has 'variants' = {_clipped(variants)}")
+        protocol = one_of("protocol", (1, 2, "kernel"), 1)
+        kernel = get("kernel", (dict, type(None)))
+        if (kernel is None) != (protocol != "kernel"):
+            raise TargetError(f"'info' has protocol {protocol!r} with 'kernel' = "
+                              f"{_clipped(kernel)}")
+        if kernel is not None:
+            from ..reference.conventions import KernelConventions
+
+            try:  # the conventions are checked again here: the worker's process is the subject's
+                kernel = KernelConventions.from_json(kernel).to_json()
+            except (ConfigError, TypeError) as error:
+                raise TargetError(f"'info' has 'kernel' = {_clipped(kernel)}: {error}") from None
         dtypes = items("dtypes", lambda d: d in DTYPE_NAMES, None)
         supported = items("supported", lambda p: isinstance(p, list) and len(p) == 2
                           and all(map(whole, p)), None)
@@ -160,7 +173,7 @@ class SubjectInfo:
                    supported=None if supported is None else tuple(
                        (c, h) for c, h in supported),
                    cuda=get("cuda", bool, required=True),
-                   protocol=one_of("protocol", (1, 2), 1), variants=variants,
+                   protocol=protocol, variants=variants, kernel=kernel,
                    hooks=tuple(items("hooks", lambda h: h in HOOKS, [])),
                    corner=one_of("corner", CORNERS, "bottom_right"),
                    masked_rows=one_of("masked_rows", MASKED_ROWS, "zero"),
@@ -658,8 +671,11 @@ class InProcess:
 def _subject_from_object(obj: Any) -> Subject:
     import torch
 
-    from .subject import _hooks, dtype_name, protocol_of, sharding_of
+    from .subject import _hooks, _load_kernel, dtype_name, protocol_of, sharding_of
 
+    if getattr(obj, "PROTOCOL", None) == "kernel":
+        name = str(getattr(obj, "__name__", type(obj).__name__))
+        return _load_kernel(obj, name, str(getattr(obj, "__file__", name)))
     build = getattr(obj, "build", None) or (obj if callable(obj) else None)
     if build is None or not callable(build):
         raise TargetError(f"TARGET {obj!r} has no build(n_embd, n_head) and is not callable.")

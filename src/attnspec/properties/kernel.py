@@ -1,0 +1,959 @@
+"""The kernel properties: q, k, v -> o (and the LSE), judged in the runner against the core.
+
+A kernel example is its sizes (B, H, G, Tq, Tk, D), dtype, device, seed, input scale and what
+the call uses (causal, scale, window, soft cap, ALiBi, sinks, varlen lengths). A check draws
+q, k, v (float64 randn x scale, cast to the dtype), converts them to the kernel's declared
+layout, asks the worker for the kernel's outputs and converts those back: everything is
+compared in the reference's layout, o `"B H Tq D"` and the LSE `"B H Tq"` in natural log.
+
+Exact comparisons only between identical calls (same shapes, same positions), with the
+kernel's own jitter (two identical calls) as the allowance; everything else is the rule of
+docs/design.md section 5 against a float64 golden, the yardstick the larger error of two fair
+computations in the dtype (the core, and the core with the scale folded into q).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..reference import conventions as conv
+from ..reference.core import kernel_attention
+from ..reference.spec import ALiBi
+from ..runner.subject import dtype_from_name
+from . import tolerance as tol
+from .base import PASS, Context, Outcome, SubjectFault, Unsupported, _fail
+
+__all__ = ["KERNEL_BY_ID", "KERNEL_PROPERTIES", "KERNEL_PROPERTY_IDS", "KERNEL_TWINNED",
+           "KernelExample", "KernelProperty", "run_kernel_check"]
+
+K_GRAD = 3.0  # FlashAttention's tests allow gradients 3 x the dtype's own error, outputs 2 x
+
+
+@dataclass(frozen=True)
+class KernelExample:
+    """One kernel example: the sizes, what the call uses, the dtype, device and seed."""
+
+    B: int
+    H: int
+    G: int
+    Tq: int
+    Tk: int
+    D: int
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+    scale: float = 1.0  # the inputs' factor: 1, 2, 3 give logits of std about 1, 4, 9
+    causal: bool = True
+    softmax_scale: float | None = None  # None: 1/sqrt(D)
+    window: tuple[int | None, int | None] | None = None  # (left, right), None unbounded
+    softcap: float | None = None
+    alibi: bool = False
+    sinks: bool = False
+    lengths: tuple[tuple[int, int], ...] | None = None  # varlen: (Tq_b, Tk_b) per sequence
+    cuts: tuple[int, ...] = ()  # key positions the perturbing checks change
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["kind"] = "kernel"
+        for key, default in (("softmax_scale", None), ("window", None), ("softcap", None),
+                             ("alibi", False), ("sinks", False), ("lengths", None),
+                             ("cuts", ())):
+            if data[key] == default or data[key] == list(default or ()):
+                del data[key]
+        if self.window is not None:
+            data["window"] = list(self.window)
+        if self.lengths is not None:
+            data["lengths"] = [list(p) for p in self.lengths]
+        if self.cuts:
+            data["cuts"] = list(self.cuts)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KernelExample:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        if known.get("window") is not None:
+            known["window"] = tuple(known["window"])
+        if known.get("lengths") is not None:
+            known["lengths"] = tuple(tuple(p) for p in known["lengths"])
+        known["cuts"] = tuple(known.get("cuts", ()))
+        return cls(**known)
+
+    @property
+    def attn_scale(self) -> float:
+        return 1.0 / math.sqrt(self.D) if self.softmax_scale is None else self.softmax_scale
+
+    def describe(self) -> str:
+        extras = [f"{k}={v}" for k, v in (
+            ("causal", self.causal), ("scale", self.softmax_scale), ("window", self.window),
+            ("softcap", self.softcap), ("alibi", self.alibi or None),
+            ("sinks", self.sinks or None), ("lengths", self.lengths),
+            ("cuts", list(self.cuts) or None)) if v is not None and (k != "causal" or not v)]
+        return (f"B={self.B}, H={self.H}, G={self.G}, Tq={self.Tq}, Tk={self.Tk}, D={self.D}, "
+                f"dtype={self.dtype}, device={self.device}, seed={self.seed}, "
+                f"inputs x{self.scale:g}" + "".join(f", {e}" for e in extras))
+
+    def case(self) -> dict[str, Any]:
+        """What a kernel's supports(case) is asked, and the worker's build request."""
+        return {"B": self.B, "H": self.H, "G": self.G, "Tq": self.Tq, "Tk": self.Tk,
+                "D": self.D, "dtype": self.dtype, "device": self.device, "causal": self.causal,
+                "window": None if self.window is None else list(self.window),
+                "softcap": self.softcap, "alibi": self.alibi, "sinks": self.sinks,
+                "varlen": self.lengths is not None}
+
+    def build(self) -> dict[str, Any]:
+        return {"kernel": True, "seed": self.seed, **self.case()}
+
+
+# ---- inputs and the reference ----------------------------------------------------------------
+
+
+def _gen(ex: KernelExample, salt: int) -> torch.Generator:
+    return torch.Generator().manual_seed(ex.seed * 7919 + salt)
+
+
+def inputs(ex: KernelExample, salt: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    """q (B, H, Tq, D), k and v (B, G, Tk, D): float64 randn x scale, in the dtype."""
+    gen = _gen(ex, salt)
+    dtype = dtype_from_name(ex.dtype)
+    shapes = ((ex.B, ex.H, ex.Tq, ex.D), (ex.B, ex.G, ex.Tk, ex.D), (ex.B, ex.G, ex.Tk, ex.D))
+    return tuple(  # type: ignore[return-value]
+        (torch.randn(s, generator=gen, dtype=torch.float64) * ex.scale).to(dtype) for s in shapes)
+
+
+def slopes(ex: KernelExample) -> Tensor | None:
+    return torch.tensor(ALiBi().slopes_for(ex.H), dtype=torch.float32) if ex.alibi else None
+
+
+def sink_logits(ex: KernelExample) -> Tensor | None:
+    if not ex.sinks:
+        return None
+    return (torch.randn(ex.H, generator=_gen(ex, 91), dtype=torch.float64) * 2).float()
+
+
+def _lengths(ex: KernelExample) -> list[tuple[int, int]]:
+    return list(ex.lengths) if ex.lengths is not None else [(ex.Tq, ex.Tk)] * ex.B
+
+
+def reference(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
+              dtype: torch.dtype = torch.float64, *, reorder: bool = False,
+              grad: Tensor | None = None) -> tuple[Tensor, Tensor, tuple[Tensor, ...] | None]:
+    """The core on the example's tensors in `dtype` (each varlen sequence on its own, padding
+    0 and -inf): o (B, H, Tq, D), the LSE (B, H, Tq) in float64, and with `grad` (a cotangent
+    for o) dq, dk, dv. `reorder`: the scale folded into q first (another fair rounding)."""
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    if grad is not None:
+        q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    scale = ex.attn_scale
+    a, s = slopes(ex), sink_logits(ex)
+    outs, lses = [], []
+    for b, (lq, lk) in enumerate(_lengths(ex)):
+        qb = q[b:b + 1, :, :lq]
+        if reorder:
+            qb = qb * scale
+        o, lse = kernel_attention(
+            qb, k[b:b + 1, :, :lk], v[b:b + 1, :, :lk], causal=ex.causal, corner=corner,
+            scale=1.0 if reorder else scale, window=ex.window, softcap=ex.softcap,
+            alibi=None if a is None else a.double(), sinks=s)
+        outs.append(torch.nn.functional.pad(o, (0, 0, 0, ex.Tq - lq)))
+        lses.append(torch.nn.functional.pad(lse.double(), (0, ex.Tq - lq), value=-math.inf))
+    o = torch.cat(outs) if outs else q.new_zeros(q.shape)
+    lse = torch.cat(lses) if lses else torch.full(q.shape[:3], -math.inf, dtype=torch.float64)
+    grads = None
+    if grad is not None:
+        grads = torch.autograd.grad((o * grad.to(o.dtype)).sum(), (q, k, v), allow_unused=True)
+        grads = tuple(torch.zeros_like(t) if g is None else g.detach()
+                      for g, t in zip(grads, (q, k, v), strict=True))
+    return o.detach(), lse.detach(), grads
+
+
+def visible_rows(ex: KernelExample, corner: str) -> Tensor:
+    """(B, 1, Tq, 1) True where a (real) query sees at least one key."""
+    out = torch.zeros(ex.B, 1, ex.Tq, 1, dtype=torch.bool)
+    for b, (lq, lk) in enumerate(_lengths(ex)):
+        if lk == 0:
+            continue
+        i = torch.arange(lq) + (lk - lq if corner == "bottom_right" else 0)
+        j = torch.arange(lk)
+        seen = (j[None] <= i[:, None]) if ex.causal else torch.ones(lq, lk, dtype=torch.bool)
+        if ex.window is not None:
+            left, right = ex.window
+            if left is not None:
+                seen &= j[None] >= i[:, None] - left
+            if right is not None:
+                seen &= j[None] <= i[:, None] + right
+        out[b, 0, :lq, 0] = seen.any(dim=-1)
+    return out
+
+
+def real_rows(ex: KernelExample) -> Tensor:
+    """(B, 1, Tq, 1) True at positions that are queries (varlen: within each length)."""
+    out = torch.zeros(ex.B, 1, ex.Tq, 1, dtype=torch.bool)
+    for b, (lq, _) in enumerate(_lengths(ex)):
+        out[b, 0, :lq] = True
+    return out
+
+
+# ---- calling the kernel ----------------------------------------------------------------------
+
+
+class Kernel:
+    """What a check uses to run the kernel of one example: calls in its conventions, outputs
+    back in the reference's layout."""
+
+    def __init__(self, ctx: Context, ex: KernelExample, conventions: conv.KernelConventions):
+        self.ctx, self.ex, self.c = ctx, ex, conventions
+
+    def step(self, q: Tensor, k: Tensor, v: Tensor, *, grad: Mapping[str, Tensor | None]
+             | None = None, inputs_after: bool = False, in_place: bool = False,
+             knob: tuple[str, Any] | None = None) -> dict[str, Any]:
+        ex, c = self.ex, self.c
+        lengths = _lengths(ex)
+        if c.layout == "varlen":
+            lq = [n for n, _ in lengths]
+            lk = [n for _, n in lengths]
+            sent = [conv.pack(q, lq), conv.pack(k, lk), conv.pack(v, lk)]
+            total = sum(lq)
+            out_shape: tuple[int, ...] = (total, ex.H, ex.D)
+            keywords: dict[str, Any] = {
+                "cu_seqlens_q": conv.cu_seqlens(lq).tolist(),
+                "cu_seqlens_k": conv.cu_seqlens(lk).tolist(),
+                "max_seqlen_q": max(lq, default=0), "max_seqlen_k": max(lk, default=0)}
+        else:
+            sent = [conv.to_layout(t, c.layout) for t in (q, k, v)]
+            total, out_shape, keywords = ex.B * ex.Tq, tuple(sent[0].shape), {}
+        keywords["causal"] = ex.causal
+        if c.has("scale"):
+            keywords["scale"] = ex.attn_scale
+        if ex.window is not None:
+            keywords["window"] = conv.window_argument(ex.window, c.window or "pair")
+            if isinstance(keywords["window"], tuple):
+                keywords["window"] = list(keywords["window"])
+        if ex.softcap is not None:
+            keywords["softcap"] = ex.softcap
+        if knob is not None:
+            keywords[knob[0]] = knob[1]
+        step: dict[str, Any] = {"op": "kernel", "q": sent[0], "k": sent[1], "v": sent[2],
+                                "keywords": keywords, "lse": c.lse is not None,
+                                "out_shape": list(out_shape),
+                                "lse_shape": list(conv.lse_shape(c, ex.B, ex.H, ex.Tq, total)),
+                                "alibi_slopes": slopes(ex), "sinks": sink_logits(ex)}
+        if grad is not None:
+            step["grad"] = {name: None if t is None else self._like_output(t, name)
+                            for name, t in grad.items()}
+        if inputs_after:
+            step["inputs_after"] = True
+        if in_place:
+            step["in_place"] = True
+        return step
+
+    def _like_output(self, t: Tensor, name: str) -> Tensor:
+        """A cotangent (B, H, Tq, D) or (B, H, Tq) in the layout the kernel returns."""
+        c, lengths = self.c, _lengths(self.ex)
+        if name == "do":
+            if c.layout == "varlen":
+                return conv.pack(t, [n for n, _ in lengths])
+            return conv.to_layout(t, c.layout)
+        if c.lse_layout == "bhs":
+            return t.contiguous()
+        if c.lse_layout == "bsh":
+            return t.transpose(1, 2).contiguous()
+        packed = conv.pack(t[..., None], [n for n, _ in lengths])[..., 0]  # (total, H)
+        return packed.contiguous() if c.lse_layout == "sh" else packed.t().contiguous()
+
+    def submit(self, steps: Sequence[dict[str, Any]], *, check_layout: bool = True) -> None:
+        self.ctx.submit(self.ex, steps, check_layout=check_layout)
+
+    def collect(self) -> list[dict[str, Any]]:
+        return [self.unpack(r, s) for r, s in zip(self.ctx.collect(), self.ctx._steps,
+                                                   strict=True)]
+
+    def run(self, steps: Sequence[dict[str, Any]], *, check_layout: bool = True,
+            ) -> list[dict[str, Any]]:
+        self.submit(steps, check_layout=check_layout)
+        return self.collect()
+
+    def unpack(self, result: Mapping[str, Any], step: Mapping[str, Any]) -> dict[str, Any]:
+        """A result in the reference's layout: o, lse (natural log), dq, dk, dv, inputs."""
+        ex, c = self.ex, self.c
+        lengths = _lengths(ex)
+        lq, lk = [n for n, _ in lengths], [n for _, n in lengths]
+
+        def back(t: Tensor | None, which: str) -> Tensor | None:
+            if t is None:
+                return None
+            if c.layout == "varlen":
+                return conv.unpack(t, lq if which == "q" else lk,
+                                   ex.Tq if which == "q" else ex.Tk)
+            return conv.from_layout(t, c.layout)
+
+        out = {"o": back(result["out"], "q"), "raw": result,
+               "lse_grad": bool(result.get("lse_grad"))}
+        lse = result.get("lse")
+        out["lse"] = None if lse is None else conv.lse_from_layout(
+            lse.double(), c, lq, ex.Tq)
+        for name, which in (("dq", "q"), ("dk", "k"), ("dv", "k")):
+            out[name] = back(result.get(name), which)
+        if result.get("inputs") is not None:
+            out["inputs"] = result["inputs"]
+            out["sent"] = {n: step[n] for n in "qkv"}
+        return out
+
+
+# ---- judging ---------------------------------------------------------------------------------
+
+
+def _where(index: tuple[int, ...] | None, axes: str = "b h i d") -> dict[str, int] | None:
+    if index is None:
+        return None
+    return dict(zip(axes.split(), index, strict=False))
+
+
+def _at(index: tuple[int, ...] | None, axes: str = "b h i d") -> str:
+    if index is None:
+        return ""
+    names = axes.split()
+    shown = ", ".join(f"{n}={i}" for n, i in zip(names, index, strict=False))
+    return f" at ({shown})"
+
+
+def _judged(ex: KernelExample, corner: str, masked: str, t: Tensor) -> Tensor:
+    """Rows the rule judges: every real query, except rows that see no key when the kernel
+    leaves those undefined (their values are then set to 0)."""
+    keep = real_rows(ex)
+    if masked == "undefined":
+        keep = keep & visible_rows(ex, corner)
+    mask = keep if t.dim() == 4 else keep[..., 0]
+    return t.masked_fill(~mask, 0.0)
+
+
+def _yardstick(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
+               golden: tuple[Tensor, Tensor, Any], *, grad: Tensor | None = None,
+               ) -> dict[str, float]:
+    """The larger error of two fair computations in the dtype, per output (o, lse, dq, dk, dv)."""
+    dtype = dtype_from_name(ex.dtype)
+    yard: dict[str, float] = {}
+    for reorder in (False, True):
+        o, lse, grads = reference(ex, q, k, v, corner, dtype, reorder=reorder, grad=grad)
+        pairs = [("o", o, golden[0]), ("lse", lse, golden[1])]
+        if grads is not None:
+            pairs += list(zip(("dq", "dk", "dv"), grads, golden[2], strict=True))
+        for name, got, want in pairs:
+            err = tol.max_abs_diff(got, want)[0]
+            yard[name] = max(yard.get(name, 0.0), err if math.isfinite(err) else 0.0)
+    return yard
+
+
+def _finite_max(t: Tensor) -> float:
+    finite = t[t.isfinite()]
+    return float(finite.abs().max()) if finite.numel() else 0.0
+
+
+def _judge(name: str, got: Tensor | None, want: Tensor, yard: float, ex: KernelExample,
+           K: float = tol.K, what: str = "") -> Outcome | None:
+    """A failure where max|got - want| exceeds K x yard + floor (None: within the rule)."""
+    if got is None:
+        return _fail(f"{what}the kernel returned no {name}")
+    scale = _finite_max(want)
+    allowed = K * yard + tol.floor(ex.dtype, scale)
+    err, index = tol.max_abs_diff(got, want)
+    if err > allowed:
+        axes = "b h i" if name == "lse" else "b h i d" if name in ("o", "dq") else "b g j d"
+        return _fail(f"{what}max|{name} - reference| = {err:.3g}, allowed {allowed:.3g} ({K:g} x "
+                     f"the reference's own {ex.dtype} error {yard:.3g} + floor){_at(index, axes)}",
+                     err, allowed, index if index is None else _where(index, axes))
+    return None
+
+
+def _jitter(*pairs: tuple[Tensor | None, Tensor | None]) -> float:
+    worst = 0.0
+    for a, b in pairs:
+        if a is not None and b is not None:
+            worst = max(worst, tol.max_abs_diff(a, b)[0])
+    return worst
+
+
+def _changed(a: Tensor, b: Tensor, rows: Tensor, allowed: float) -> tuple[float, tuple[int, ...]
+                                                                             | None]:
+    """The largest |a - b| in the rows selected (B, H or 1, Tq, 1) and where."""
+    mask = rows if a.dim() == 4 else rows[..., 0]
+    err, index = tol.max_abs_diff(a.masked_fill(~mask, 0.0), b.masked_fill(~mask, 0.0))
+    return err, index
+
+
+# ---- the checks ------------------------------------------------------------------------------
+
+
+Check = Callable[[Kernel], Outcome]
+
+
+def check_width(kern: Kernel) -> Outcome:
+    ex, c = kern.ex, kern.c
+    q, k, v = inputs(ex)
+    step = kern.step(q, k, v)
+    (raw,) = kern.ctx.request(ex, [step], check_layout=False)
+    out, want = raw["out"], tuple(step["out_shape"])
+    if tuple(out.shape) != want:
+        layout = conv.LAYOUTS[c.layout]
+        return _fail(f"o has shape {tuple(out.shape)}; with LAYOUT = {c.layout!r} ({layout}) "
+                     f"it must be {want}, q's shape")
+    lse = raw.get("lse")
+    if c.lse is not None and lse is not None and tuple(lse.shape) != tuple(step["lse_shape"]):
+        return _fail(f"the LSE has shape {tuple(lse.shape)}; with LSE_LAYOUT = "
+                     f"{c.lse_layout!r} ({conv.LSE_LAYOUTS[c.lse_layout]}) it must be "
+                     f"{tuple(step['lse_shape'])}")
+    return Outcome(PASS)
+
+
+def check_dtype(kern: Kernel) -> Outcome:
+    q, k, v = inputs(kern.ex)
+    (raw,) = kern.ctx.request(kern.ex, [kern.step(q, k, v)], check_layout=False)
+    if raw["out"].dtype != q.dtype:
+        return _fail(f"o is {str(raw['out'].dtype).removeprefix('torch.')} for "
+                     f"{kern.ex.dtype} inputs: it must be q's dtype")
+    return Outcome(PASS)
+
+
+def _perturbed(t: Tensor, where: Callable[[Tensor], Tensor], ex: KernelExample, salt: int,
+               factor: float = 1.0) -> Tensor:
+    """t with fresh values (x factor) where `where(t)` (a boolean of t's shape) is True."""
+    fresh = (torch.randn(t.shape, generator=_gen(ex, salt), dtype=torch.float64) * ex.scale
+             * factor).to(t.dtype)
+    return torch.where(where(t), fresh, t)
+
+
+def _positions(t: Tensor, axis: int, chosen: Callable[[Tensor], Tensor]) -> Tensor:
+    shape = [1] * t.dim()
+    shape[axis] = t.size(axis)
+    return chosen(torch.arange(t.size(axis))).view(shape).expand(t.shape)
+
+
+def _apart(kern: Kernel, mine: Sequence[dict[str, Any]], theirs: Sequence[dict[str, Any]],
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Steps on the worker and on its twin (no process sees both sides), unpacked."""
+    kern.ctx.submit_apart(kern.ex, mine, theirs)
+    a, b = kern.ctx.collect_apart()
+    return ([kern.unpack(r, s) for r, s in zip(a, mine, strict=True)],
+            [kern.unpack(r, s) for r, s in zip(b, theirs, strict=True)])
+
+
+def _unmoved(name: str, base: Tensor | None, moved: Tensor | None, rows: Tensor, jitter: float,
+             change: str, axes: str = "b h i d") -> Outcome | None:
+    if base is None or moved is None:
+        return None
+    err, index = _changed(base, moved, rows, 2 * jitter)
+    if err > 2 * jitter:
+        return _fail(f"{change} moved {name} by {err:.3g} (2 x the kernel's own jitter: "
+                     f"{2 * jitter:.3g}){_at(index, axes)}", err, 2 * jitter,
+                     _where(index, axes))
+    return None
+
+
+def check_causality(kern: Kernel) -> Outcome:
+    """Keys and values a query may not see (past its causal diagonal, at the declared corner)
+    move nothing of its o or LSE: keys from a cut on are changed, rows before the cut judged."""
+    ex, c = kern.ex, kern.c
+    q, k, v = inputs(ex)
+    shift = ex.Tk - ex.Tq if c.causal == "bottom_right" else 0
+    notes = []
+    for cut in ex.cuts or (max(0, ex.Tk // 2),):
+        later = lambda t, cut=cut: _positions(t, 2, lambda j: j >= cut)  # noqa: E731
+        k2, v2 = _perturbed(k, later, ex, 11), _perturbed(v, later, ex, 12)
+        base, again = (kern.step(q, k, v), kern.step(q, k, v))
+        mine, theirs = _apart(kern, [base, again], [kern.step(q, k2, v2)])
+        jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
+        i = torch.arange(ex.Tq) + shift
+        blind = (i < cut).view(1, 1, -1, 1).expand(ex.B, 1, ex.Tq, 1) & real_rows(ex)
+        if not bool(blind.any()):
+            notes.append(f"cut {cut}: no query before it")
+            continue
+        change = (f"changing keys and values at positions >= {cut} (which queries i with "
+                  f"i{' + Tk - Tq' if shift else ''} < {cut} may not see, CAUSAL = {c.causal!r})")
+        for name in ("o", "lse"):
+            failed = _unmoved(name, mine[0][name], theirs[0][name], blind, jitter, change,
+                              "b h i d" if name == "o" else "b h i")
+            if failed is not None:
+                return failed
+    outcome = Outcome(PASS)
+    outcome.notes.extend(notes[:1])
+    return outcome
+
+
+def check_batch_independence(kern: Kernel) -> Outcome:
+    """Changing batch row 0 moves no other row; changing query head 0 moves no other head."""
+    ex = kern.ex
+    q, k, v = inputs(ex)
+    row0 = lambda t: _positions(t, 0, lambda b: b == 0)  # noqa: E731
+    head0 = lambda t: _positions(t, 1, lambda h: h == 0)  # noqa: E731
+    q_b, k_b, v_b = (_perturbed(t, row0, ex, 21 + n) for n, t in enumerate((q, k, v)))
+    q_h = _perturbed(q, head0, ex, 24)
+    mine, theirs = _apart(kern, [kern.step(q, k, v), kern.step(q, k, v)],
+                          [kern.step(q_b, k_b, v_b), kern.step(q_h, k, v)])
+    jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
+    others = (torch.arange(ex.B) > 0).view(-1, 1, 1, 1).expand(ex.B, 1, ex.Tq, 1) & real_rows(ex)
+    heads = (torch.arange(ex.H) > 0).view(1, -1, 1, 1).expand(ex.B, ex.H, ex.Tq, 1)
+    for name in ("o", "lse"):
+        axes = "b h i d" if name == "o" else "b h i"
+        for moved, rows, change in ((theirs[0], others, "changing batch row 0"),
+                                    (theirs[1], heads & real_rows(ex), "changing query head 0")):
+            if rows.size(1) == 1 and mine[0][name] is not None:
+                rows = rows.expand(ex.B, ex.H, ex.Tq, 1)
+            failed = _unmoved(name, mine[0][name], moved[name], rows, jitter, change, axes)
+            if failed is not None:
+                return failed
+    return Outcome(PASS)
+
+
+def check_determinism(kern: Kernel) -> Outcome:
+    """The same call twice gives the same o and LSE bit for bit (and the same gradients where
+    the kernel declares DETERMINISTIC)."""
+    ex, c = kern.ex, kern.c
+    q, k, v = inputs(ex)
+    grad = None
+    if c.backward and c.deterministic:
+        do = inputs(dataclasses.replace(ex, scale=1.0), 31)[0]
+        grad = {"do": do, "dlse": None}
+    first, second = kern.run([kern.step(q, k, v, grad=grad), kern.step(q, k, v, grad=grad)])
+    for name in ("o", "lse", "dq", "dk", "dv"):
+        a, b = first.get(name), second.get(name)
+        if a is None or b is None:
+            continue
+        err, index = tol.max_abs_diff(a, b)
+        if err > 0 or not _same_nan(a, b):
+            which = ("the backward (DETERMINISTIC = True)" if name.startswith("d")
+                     else "the forward")
+            return _fail(f"{which}: two identical calls gave {name} {err:.3g} apart"
+                         f"{_at(index)}", err, 0.0, _where(index))
+    return Outcome(PASS)
+
+
+def _same_nan(a: Tensor, b: Tensor) -> bool:
+    return bool((a.isnan() == b.isnan()).all())
+
+
+def check_input_unchanged(kern: Kernel) -> Outcome:
+    ex = kern.ex
+    q, k, v = inputs(ex)
+    (got,) = kern.run([kern.step(q, k, v, inputs_after=True)])
+    for name in "qkv":
+        after, sent = got["inputs"][name], got["sent"][name]
+        if after.shape != sent.shape or not (torch.equal(after, sent) or bool(
+                ((after == sent) | (after.isnan() & sent.isnan())).all())):
+            err = tol.max_abs_diff(after, sent)[0] if after.shape == sent.shape else math.inf
+            return _fail(f"attention wrote into its input {name} (it changed by up to "
+                         f"{err:.3g}): a kernel must leave q, k and v as it found them", err, 0.0)
+    return Outcome(PASS)
+
+
+def check_finite(kern: Kernel) -> Outcome:
+    ex, c = kern.ex, kern.c
+    q, k, v = inputs(ex)
+    (got,) = kern.run([kern.step(q, k, v)])
+    seen = visible_rows(ex, c.causal)
+    o = got["o"]
+    bad = ~o.isfinite() & real_rows(ex)
+    if bool(bad.any()):
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        return _fail(f"o is {float(o[index]):g}{_at(index)} on finite inputs (x{ex.scale:g})")
+    lse = got["lse"]
+    if lse is not None:
+        bad_lse = ~lse.isfinite() & seen[..., 0].expand_as(lse)
+        if bool(bad_lse.any()):
+            index = tuple(int(i) for i in bad_lse.nonzero()[0])
+            return _fail(f"the LSE is {float(lse[index]):g}{_at(index, 'b h i')} for a query "
+                         "that sees keys")
+    return Outcome(PASS)
+
+
+def _golden(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
+            grad: Tensor | None = None) -> tuple[Tensor, Tensor, Any]:
+    return reference(ex, q, k, v, corner, torch.float64, grad=grad)
+
+
+def _oracle_outcome(kern: Kernel, got: Mapping[str, Any], q: Tensor, k: Tensor, v: Tensor,
+                    what: str = "") -> Outcome | None:
+    ex, c = kern.ex, kern.c
+    golden = _golden(ex, q, k, v, c.causal)
+    yard = _yardstick(ex, q, k, v, c.causal, golden)
+    failed = _judge("o", _judged(ex, c.causal, c.masked_rows, got["o"].double()),
+                    _judged(ex, c.causal, c.masked_rows, golden[0]), yard["o"], ex, what=what)
+    if failed is None and c.lse is not None:
+        failed = _judge("lse", _judged(ex, c.causal, c.masked_rows, got["lse"]),
+                        _judged(ex, c.causal, c.masked_rows, golden[1]), yard["lse"], ex,
+                        what=what)
+        if failed is not None and got["lse"] is not None:
+            failed.message += _lse_hint(got["lse"], golden[1], ex)
+    return failed
+
+
+def _lse_hint(got: Tensor, want: Tensor, ex: KernelExample) -> str:
+    both = got.isfinite() & want.isfinite()
+    if not bool(both.any()):
+        return ""
+    ratio = float((got[both] / want[both].where(want[both].abs() > 1e-6,
+                                                torch.ones_like(want[both]))).median())
+    if abs(ratio * math.log(2) - 1) < 0.02:
+        return "; the LSE is log2 of the reference's: is it base 2? (LSE = 'base2')"
+    if abs(ratio / math.log(2) - 1) < 0.02:
+        return "; the LSE is the reference's x ln 2: declared base 2, computed natural?"
+    return ""
+
+
+def check_oracle(kern: Kernel) -> Outcome:
+    """o and the LSE agree with the float64 core within the rule."""
+    q, k, v = inputs(kern.ex)
+    (got,) = kern.run([kern.step(q, k, v)])
+    failed = _oracle_outcome(kern, got, q, k, v)
+    return failed or Outcome(PASS)
+
+
+def check_oracle_grad(kern: Kernel) -> Outcome:
+    """dq, dk, dv of sum(o * do) agree with the core's, within 3 x the dtype's own error."""
+    ex, c = kern.ex, kern.c
+    q, k, v = inputs(ex)
+    do = inputs(dataclasses.replace(ex, scale=1.0), 31)[0]
+    (got,) = kern.run([kern.step(q, k, v, grad={"do": do, "dlse": None})])
+    golden = _golden(ex, q, k, v, c.causal, grad=do.double())
+    yard = _yardstick(ex, q, k, v, c.causal, golden, grad=do)
+    for name, want in zip(("dq", "dk", "dv"), golden[2], strict=True):
+        if got[name] is None:
+            return _fail(f"the kernel gave no {name} (BACKWARD = True): o does not require "
+                         "grad, or its backward left the input out")
+        gotten = got[name].double()
+        if name == "dq":
+            gotten, want = _judged(ex, c.causal, "zero", gotten), _judged(ex, c.causal, "zero",
+                                                                           want)
+        failed = _judge(name, gotten, want, yard[name], ex, K=K_GRAD)
+        if failed is not None:
+            return failed
+    return Outcome(PASS)
+
+
+def check_window(kern: Kernel) -> Outcome:
+    """At each spot j0, the rows whose window j0 is outside of are unchanged when key j0
+    changes, and the rows whose window it is the edge of move."""
+    ex, c = kern.ex, kern.c
+    assert ex.window is not None
+    left, right = ex.window
+    q, k, v = inputs(ex)
+    shift = ex.Tk - ex.Tq if c.causal == "bottom_right" else 0
+    i = torch.arange(ex.Tq) + shift
+    spots = [j for j in (ex.cuts or (ex.Tk // 2,)) if 0 <= j < ex.Tk]
+    theirs_steps, spot_rows = [], []
+    for n, j0 in enumerate(spots):
+        at = lambda t, j0=j0: _positions(t, 2, lambda j: j == j0)  # noqa: E731
+        theirs_steps.append(kern.step(q, _perturbed(k, at, ex, 41 + n),
+                                      _perturbed(v, at, ex, 61 + n, factor=100.0)))
+        inside = torch.ones(ex.Tq, dtype=torch.bool)
+        if ex.causal:
+            inside &= j0 <= i
+        if left is not None:
+            inside &= j0 >= i - left
+        if right is not None:
+            inside &= j0 <= i + right
+        edge = torch.zeros(ex.Tq, dtype=torch.bool) if left is None else inside & (
+            j0 == i - left)
+        spot_rows.append((j0, inside, edge))
+    mine, theirs = _apart(kern, [kern.step(q, k, v), kern.step(q, k, v)], theirs_steps)
+    jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
+    real = real_rows(ex)
+    edges_seen = edges_moved = 0
+    for (j0, inside, edge), moved in zip(spot_rows, theirs, strict=True):
+        outside = (~inside).view(1, 1, -1, 1) & real
+        change = (f"changing key {j0}, outside the window {ex.window} of the queries judged "
+                  f"(WINDOW = {c.window!r})")
+        for name in ("o", "lse"):
+            failed = _unmoved(name, mine[0][name], moved[name], outside, jitter, change,
+                              "b h i d" if name == "o" else "b h i")
+            if failed is not None:
+                return failed
+        rows = edge.view(1, 1, -1, 1) & real
+        if bool(rows.any()):
+            edges_seen += 1
+            err, _ = _changed(mine[0]["o"], moved["o"], rows, 2 * jitter)
+            edges_moved += err > 2 * jitter
+    if edges_seen and not edges_moved:
+        return _fail(f"no query whose window's left edge is the changed key (left={left}, "
+                     f"inclusive: query i' sees keys i' - {left} .. i') moved: the kernel's "
+                     "window is one key narrower than declared")
+    return Outcome(PASS)
+
+
+def check_gqa_grouping(kern: Kernel) -> Outcome:
+    """A change to kv head g moves only its query heads g*H/G .. (g+1)*H/G - 1, and those move."""
+    ex = kern.ex
+    q, k, v = inputs(ex)
+    per = ex.H // ex.G
+    g = ex.seed % ex.G
+    head = lambda t: _positions(t, 1, lambda n: n == g)  # noqa: E731
+    k2, v2 = _perturbed(k, head, ex, 71), _perturbed(v, head, ex, 72)
+    mine, theirs = _apart(kern, [kern.step(q, k, v), kern.step(q, k, v)],
+                          [kern.step(q, k2, v2)])
+    jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
+    ours = (torch.arange(ex.H) // per == g).view(1, -1, 1, 1)
+    real = real_rows(ex) & visible_rows(ex, kern.c.causal)
+    others = (~ours).expand(ex.B, ex.H, ex.Tq, 1) & real
+    change = f"changing kv head {g} (which serves query heads {g * per}..{(g + 1) * per - 1})"
+    for name in ("o", "lse"):
+        failed = _unmoved(name, mine[0][name], theirs[0][name], others, jitter, change,
+                          "b h i d" if name == "o" else "b h i")
+        if failed is not None:
+            return failed
+    for h in range(g * per, (g + 1) * per):
+        rows = (torch.arange(ex.H) == h).view(1, -1, 1, 1).expand(ex.B, ex.H, ex.Tq, 1) & real
+        if bool(rows.any()):
+            err, _ = _changed(mine[0]["o"], theirs[0]["o"], rows, 2 * jitter)
+            if err <= 2 * jitter:
+                return _fail(f"{change} left query head {h}'s o unchanged: head h must read kv "
+                             f"head h // (H / G) = {g}", err, 2 * jitter)
+    return Outcome(PASS)
+
+
+def check_masked_rows(kern: Kernel) -> Outcome:
+    """A query that sees no key gives o = 0 and LSE = -inf, and zero dq, never NaN."""
+    ex, c = kern.ex, kern.c
+    q, k, v = inputs(ex)
+    blind = real_rows(ex) & ~visible_rows(ex, c.causal)
+    if not bool(blind.any()):
+        return Outcome(PASS, notes=["no query without keys in this example"])
+    do = inputs(dataclasses.replace(ex, scale=1.0), 31)[0]
+    grad = {"do": do, "dlse": None} if c.backward else None
+    (got,) = kern.run([kern.step(q, k, v, grad=grad)])
+    rows = blind.expand(ex.B, ex.H, ex.Tq, 1)
+    o = got["o"]
+    masked_o = o.masked_select(rows.expand_as(o))
+    if not bool((masked_o == 0).all()):
+        index = tuple(int(i) for i in ((o != 0) & rows).nonzero()[0])
+        return _fail(f"a query that sees no key (MASKED_ROWS = 'zero') gave o = "
+                     f"{float(o[index]):g}{_at(index)}, not 0")
+    lse = got["lse"]
+    if lse is not None:
+        masked_lse = lse.masked_select(rows[..., 0])
+        if not bool((masked_lse == -math.inf).all()):
+            index = tuple(int(i) for i in ((lse != -math.inf) & rows[..., 0]).nonzero()[0])
+            return _fail(f"a query that sees no key gave LSE = {float(lse[index]):g}"
+                         f"{_at(index, 'b h i')}, not -inf")
+    for name in ("dq", "dk", "dv"):
+        g = got.get(name)
+        if g is not None and not bool(g.isfinite().all()):
+            return _fail(f"{name} holds NaN or inf when some queries see no key")
+    dq = got.get("dq")
+    if dq is not None and not bool((dq.masked_select(rows.expand_as(dq)) == 0).all()):
+        return _fail("dq is not 0 for a query that sees no key")
+    return Outcome(PASS)
+
+
+def check_varlen(kern: Kernel) -> Outcome:
+    """The packed call equals each sequence called alone, within the rule (zero-length
+    sequences included)."""
+    ex, c = kern.ex, kern.c
+    q, k, v = inputs(ex)
+    alone = []
+    for b, (lq, lk) in enumerate(_lengths(ex)):
+        if lq == 0:
+            continue
+        one = dataclasses.replace(ex, B=1, Tq=max(lq, 1), Tk=max(lk, 1), lengths=((lq, lk),))
+        alone.append((b, one, Kernel(kern.ctx, one, c).step(
+            q[b:b + 1, :, :one.Tq], k[b:b + 1, :, :one.Tk], v[b:b + 1, :, :one.Tk])))
+    kern.ctx.submit(ex, [kern.step(q, k, v)] + [s for _, _, s in alone])
+    results = kern.ctx.collect()
+    packed = kern.unpack(results[0], kern.ctx._steps[0])
+    golden = _golden(ex, q, k, v, c.causal)
+    yard = _yardstick(ex, q, k, v, c.causal, golden)
+    for (b, one, step), raw in zip(alone, results[1:], strict=True):
+        single = Kernel(kern.ctx, one, c).unpack(raw, step)
+        lq = one.lengths[0][0] if one.lengths else one.Tq
+        for name in ("o", "lse"):
+            a = packed[name]
+            if a is None:
+                continue
+            mine = a[b:b + 1, :, :lq]
+            theirs = single[name][:, :, :lq]
+            allowed_yard = 2 * yard[name]
+            failed = _judge(name, _judged(one, c.causal, c.masked_rows, mine.double()),
+                            _judged(one, c.causal, c.masked_rows, theirs.double()),
+                            allowed_yard, one, what=f"sequence {b} packed vs alone: ")
+            if failed is not None:
+                return failed
+    failed = _oracle_outcome(kern, packed, q, k, v, what="packed: ")
+    return failed or Outcome(PASS)
+
+
+def check_knobs(kern: Kernel) -> Outcome:
+    """Every value of every scheduling knob gives o (and the LSE) within the rule."""
+    ex, c = kern.ex, kern.c
+    q, k, v = inputs(ex)
+    calls = [(name, value) for name, values in c.knobs for value in values]
+    results = kern.run([kern.step(q, k, v, knob=knob) for knob in calls])
+    for (name, value), got in zip(calls, results, strict=True):
+        failed = _oracle_outcome(kern, got, q, k, v, what=f"with {name}={value!r}: ")
+        if failed is not None:
+            return failed
+    return Outcome(PASS)
+
+
+def check_lse_grad(kern: Kernel) -> Outcome:
+    """A loss on the LSE alone gives dv exactly 0 (the LSE does not depend on v)."""
+    ex = kern.ex
+    q, k, v = inputs(ex)
+    dlse = torch.randn(ex.B, ex.H, ex.Tq, generator=_gen(ex, 33), dtype=torch.float64).float()
+    (got,) = kern.run([kern.step(q, k, v, grad={"do": None, "dlse": dlse})])
+    if not got["lse_grad"]:
+        return _fail("the kernel declares LSE_GRAD = True, but its LSE does not require grad")
+    dv = got["dv"]
+    if dv is not None and not bool((dv == 0).all()):
+        err, index = tol.max_abs_diff(dv, torch.zeros_like(dv))
+        return _fail(f"a loss on the LSE alone gave dv up to {err:.3g}{_at(index, 'b g j d')}, "
+                     "not 0: the LSE does not depend on v", err, 0.0)
+    for name in ("dq", "dk"):
+        if got[name] is not None and not bool(got[name].isfinite().all()):
+            return _fail(f"a loss on the LSE alone gave a non-finite {name}")
+    return Outcome(PASS)
+
+
+def check_sensitivity(kern: Kernel) -> Outcome:
+    """Changing q (head 0) or k (kv head 0) moves o as the reference's o moves: a kernel that
+    ignores q or k (the mean of v passes a near-uniform softmax) fails."""
+    ex, c = kern.ex, kern.c
+    q, k, v = inputs(ex)
+    head0 = lambda t: _positions(t, 1, lambda h: h == 0)  # noqa: E731
+    q2, k2 = _perturbed(q, head0, ex, 81), _perturbed(k, head0, ex, 82)
+    base, moved_q, moved_k = kern.run([kern.step(q, k, v), kern.step(q2, k, v),
+                                       kern.step(q, k2, v)])
+    golden = _golden(ex, q, k, v, c.causal)
+    yard = _yardstick(ex, q, k, v, c.causal, golden)
+    allowed = tol.K * yard["o"] + tol.floor(ex.dtype, _finite_max(golden[0]))
+    rows = real_rows(ex) & visible_rows(ex, c.causal)
+    for name, inputs_moved, got in (("q", (q2, k, v), moved_q), ("k", (q, k2, v), moved_k)):
+        want = reference(ex, *inputs_moved, c.causal)[0]
+        heads = (torch.arange(ex.H) < (1 if name == "q" else ex.H // ex.G)).view(1, -1, 1, 1)
+        judged = heads & rows
+        ref_move, _ = _changed(golden[0], want, judged, allowed)
+        if ref_move <= 4 * allowed:
+            continue  # the reference itself barely moves: this example says nothing
+        sub_move, _ = _changed(base["o"].double(), got["o"].double(), judged, allowed)
+        if sub_move < ref_move / 2:
+            return _fail(f"changing {name} (head 0) moved o by {sub_move:.3g}, where the "
+                         f"reference moves by {ref_move:.3g}: the kernel does not read {name} "
+                         "as attention does", sub_move, ref_move / 2)
+    return Outcome(PASS)
+
+
+def check_fresh_results(kern: Kernel) -> Outcome:
+    """Each call computes afresh: new values copied into the same tensors (a cache keyed by
+    address), then other values at new addresses (by shape), each within the rule, with the
+    output memory poisoned before every call (torch.empty returned unwritten)."""
+    ex = kern.ex
+    first = inputs(ex)
+    second = inputs(ex, 101)
+    third = inputs(ex, 202)
+    got = kern.run([kern.step(*first), kern.step(*second, in_place=True),
+                    kern.step(*third)])
+    for n, (xs, result, how) in enumerate(zip(
+            (first, second, third), got,
+            ("the first call", "new values copied into the same tensors",
+             "new values in new tensors of the same shape"), strict=True)):
+        failed = _oracle_outcome(kern, result, *xs, what=f"{how}: ")
+        if failed is not None:
+            if n and tol.max_abs_diff(result["o"], got[n - 1]["o"])[0] == 0:
+                failed.message += (f"; it is exactly the previous call's o: the kernel "
+                                   f"returned a cached answer (keyed by "
+                                   f"{'address' if n == 1 else 'shape'})")
+            elif not bool(result["o"].isfinite().all()):
+                failed.message += ("; o holds NaN where attnspec poisoned the memory before "
+                                   "the call: memory returned unwritten (torch.empty)?")
+            return failed
+    return Outcome(PASS)
+
+
+# ---- the catalogue ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelProperty:
+    """One kernel property: its id, its check, what its examples need."""
+
+    id: str
+    check: Check
+    input_scales: tuple[float, ...] = (1.0,)
+    needs: tuple[str, ...] = ()  # backward, lse, window, gqa, masked_rows, varlen, knobs
+    min_batch: int = 1
+    cuts: bool = False
+
+
+# Inputs x1, x2, x3: logits of std about 1, 4 and 9 (q.k/sqrt(D) of randn x s has std s^2), so
+# peaked rows where a kernel that returns the mean of v, or rescales wrongly, fails.
+KERNEL_TRAINED = (1.0, 2.0, 3.0)
+
+KERNEL_PROPERTIES: tuple[KernelProperty, ...] = (
+    KernelProperty("width", check_width),
+    KernelProperty("dtype", check_dtype),
+    KernelProperty("causality", check_causality, cuts=True),
+    KernelProperty("batch_independence", check_batch_independence, min_batch=2),
+    KernelProperty("determinism", check_determinism),
+    KernelProperty("input_unchanged", check_input_unchanged),
+    KernelProperty("finite", check_finite, input_scales=(1.0, 4.0)),
+    KernelProperty("oracle", check_oracle, input_scales=KERNEL_TRAINED),
+    KernelProperty("oracle_grad", check_oracle_grad, input_scales=KERNEL_TRAINED,
+                   needs=("backward",)),
+    KernelProperty("window", check_window, needs=("window",), cuts=True),
+    KernelProperty("gqa_grouping", check_gqa_grouping, needs=("gqa",)),
+    KernelProperty("masked_rows", check_masked_rows, needs=("masked_rows",)),
+    KernelProperty("varlen", check_varlen, input_scales=KERNEL_TRAINED, needs=("varlen",)),
+    KernelProperty("knobs", check_knobs, input_scales=KERNEL_TRAINED, needs=("knobs",)),
+    KernelProperty("lse_grad", check_lse_grad, needs=("lse", "backward", "lse_grad")),
+    KernelProperty("sensitivity", check_sensitivity),
+    KernelProperty("fresh_results", check_fresh_results, input_scales=KERNEL_TRAINED),
+)
+KERNEL_PROPERTY_IDS: tuple[str, ...] = tuple(p.id for p in KERNEL_PROPERTIES)
+KERNEL_BY_ID: dict[str, KernelProperty] = {p.id: p for p in KERNEL_PROPERTIES}
+# The self-comparisons whose two sides run in two processes.
+KERNEL_TWINNED = frozenset({"causality", "batch_independence", "window", "gqa_grouping"})
+
+
+def skip_reason(prop: KernelProperty, c: conv.KernelConventions) -> str | None:
+    """Why a kernel with conventions `c` has nothing for `prop` to check (None: it has)."""
+    for need in prop.needs:
+        if need == "backward" and not c.backward:
+            return "the kernel declares no backward (BACKWARD = False)"
+        if need == "lse" and c.lse is None:
+            return "the kernel returns no LSE (LSE = None)"
+        if need == "lse_grad" and not c.lse_grad:
+            return ("the kernel's LSE carries no gradient (LSE_GRAD = False, as FlashAttention "
+                    "2 and 3 and xformers return it)")
+        if need == "window" and c.window is None:
+            return "the kernel takes no window (WINDOW = None)"
+        if need == "gqa" and not c.has("gqa"):
+            return "the kernel takes no grouped kv heads ('gqa' is not in FEATURES)"
+        if need == "varlen" and c.layout != "varlen":
+            return f"the kernel's LAYOUT is {c.layout!r}, not 'varlen'"
+        if need == "knobs" and not c.knobs:
+            return "the kernel declares no scheduling knobs (KNOBS)"
+        if need == "masked_rows":
+            if c.masked_rows != "zero":
+                return "the kernel leaves rows without keys undefined (MASKED_ROWS)"
+            if c.causal == "top_left" and not c.has("cross") and c.window is None:
+                return ("with CAUSAL = 'top_left' every query sees key 0: no row without keys "
+                        "can be drawn ('cross' for Tk = 0, or a WINDOW, would make them)")
+            if c.causal == "bottom_right" and not c.has("cross") and c.window is None:
+                return ("without 'cross' (Tq > Tk) or a WINDOW, every query sees a key")
+    return None
+
+
+def run_kernel_check(ctx: Context, prop: str, ex: KernelExample,
+                     conventions: conv.KernelConventions) -> Outcome:
+    """One kernel property on one example; the subject's faults become `error` outcomes."""
+    try:
+        outcome = KERNEL_BY_ID[prop].check(Kernel(ctx, ex, conventions))
+    except SubjectFault as fault:
+        outcome = Outcome("error", str(fault))
+    except Unsupported as declined:
+        outcome = Outcome("unsupported", str(declined))
+    outcome.forwards = ctx.forwards
+    return outcome
