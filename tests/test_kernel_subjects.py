@@ -266,6 +266,20 @@ def test_blockwise_knobs_match_formula(blocks: tuple[int, int]) -> None:
         torch.testing.assert_close(lse, lse_ref, atol=1e-10, rtol=1e-10)
 
 
+def test_blockwise_window_edges_on_and_off_the_tile_grid() -> None:
+    """Left bounds (causal) and right bounds (not causal) 14..31: the first and last
+    key tiles a window needs land on, before and after tile edges."""
+    module = load("kernel_blockwise")
+    t = draw((1, 2, 1, 37, 70, 3), seed=6)
+    for bound in range(14, 32):  # 18 bounds: every residue mod 16
+        for kw in ({"causal": True, "window": (bound, 0)},
+                   {"causal": False, "window": (-1, bound)}):
+            o, lse = module.attention(t["q"], t["k"], t["v"], block_q=16, block_k=16, **kw)
+            o_ref, lse_ref = expected(module, t, kw)
+            torch.testing.assert_close(o, o_ref, atol=1e-10, rtol=1e-10, msg=str(kw))
+            torch.testing.assert_close(lse, lse_ref, atol=1e-10, rtol=1e-10, msg=str(kw))
+
+
 def test_blockwise_gradients_match_formula() -> None:
     """dq, dk, dv (and d sinks) through the tiles, masked rows (Tq > Tk) included, against
     autograd through the formula; a loss on the LSE alone gives dv exactly 0."""
