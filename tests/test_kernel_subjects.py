@@ -351,6 +351,19 @@ def test_flex_refuses_gradients_on_cpu_with_a_clear_message() -> None:
     assert not module.supports({"Tq": 3, "Tk": 0}) and module.supports({"Tq": 3, "Tk": 2})
 
 
+def test_flex_at_lengths_off_its_128_block() -> None:
+    """Lengths around flex's 128 sparse block (its GPU bug class): the block mask is built per
+    call at the exact lengths, and eager flex applies it elementwise."""
+    module = load("kernel_flex")
+    for shape, kw in (((1, 2, 2, 129, 200, 8), {"causal": True, "window": (100, 0)}),
+                      ((1, 2, 1, 200, 127, 8), {"causal": True})):
+        t = draw(shape, seed=8)
+        o, lse = module.attention(t["q"], t["k"], t["v"], **kw)
+        o_ref, lse_ref = expected(module, t, kw)
+        torch.testing.assert_close(o, o_ref, atol=1e-10, rtol=1e-10)
+        assert torch.equal(torch.isneginf(lse), torch.isneginf(lse_ref))
+
+
 @pytest.mark.parametrize("name", BUILTINS)
 def test_bad_calls_say_what_and_why(name: str) -> None:
     module = load(name)
