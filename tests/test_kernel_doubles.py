@@ -46,7 +46,7 @@ def load(path: Path) -> ModuleType:
     return module
 
 
-# -- cases and inputs ------------------------------------------------------------------------------
+# -- cases and inputs
 
 class Case:
     """One example: sizes, semantics, and per-sequence lengths (dense: B copies of Tq, Tk)."""
@@ -173,7 +173,7 @@ def keywords(case: Case, ex: dict[str, Tensor]) -> dict[str, Any]:
     return kw | dict(case.knobs)
 
 
-# -- the independent float64 formulation -------------------------------------------------------------
+# -- the independent float64 formulation
 
 def visible_mask(case: Case, Tq: int, Tk: int) -> Tensor:
     shift = Tk - Tq if case.corner == "bottom_right" else 0
@@ -227,7 +227,7 @@ def empty_rows(case: Case, Tq: int, Tk: int) -> Tensor:
     return ~visible_mask(case, Tq, Tk).any(dim=1)
 
 
-# -- running a subject -------------------------------------------------------------------------------
+# -- running a subject
 
 class Run:
     """One call of the subject on packed inputs, with its outputs read back per sequence."""
@@ -299,7 +299,7 @@ def cotangents(case: Case) -> list[Tensor]:
                                                                strict=True)]
 
 
-# -- imitations of the kernel properties: each returns None or what it saw ------------------------------
+# -- imitations of the kernel properties: each returns None or what it saw
 
 def oracle(case: Case) -> str | None:
     qs, ks, vs = draw(case)
@@ -419,10 +419,14 @@ def batch_independence(case: Case) -> str | None:
         if moved(after[1:], base[1:], case.tol()):
             return "changing batch row 0 moved other batch rows"
     if case.H > 1:
-        q2 = [x.clone() for x in qs]
+        q2, k2, v2 = [x.clone() for x in qs], [x.clone() for x in ks], [x.clone() for x in vs]
         for x in q2:
             x[0] = -2 * x[0]
-        after = Run(case, q2, ks, vs, ex).outs()
+        if case.G == case.H:  # kv head 0 feeds query head 0 alone (grouped heads: gqa_grouping)
+            for x, y in zip(k2, v2, strict=True):
+                x[0] = x[0] * 1.5
+                y[0] = y[0] - 2
+        after = Run(case, q2, k2, v2, ex).outs()
         if moved([o[1:] for o in after], [o[1:] for o in base], case.tol()):
             return "changing query head 0 moved other heads"
     return None
@@ -649,7 +653,7 @@ def flagged(prop: str, case: Case) -> str | None:
         return f"raised {type(error).__name__}: {error}"
 
 
-# -- the cases a correct kernel must pass --------------------------------------------------------------
+# -- the cases a correct kernel must pass
 
 def good_cases(module: ModuleType) -> list[Case]:
     features = set(module.FEATURES)
