@@ -57,6 +57,8 @@ class Case:
         self.module = module
         self.layout = module.LAYOUT
         self.corner = module.CAUSAL
+        if "G" not in overrides and "gqa" not in module.FEATURES:
+            self.G = self.H
         if self.seqlens_q is None:
             self.seqlens_q = [self.Tq] * self.B
             self.seqlens_k = [self.Tk] * self.B
@@ -393,6 +395,7 @@ def causality(case: Case) -> str | None:
         seen = visible_mask(case, Tq, Tk)
         for cut in sorted({1, Tk // 2, Tk - 1} - {0}):
             blind = ~seen[:, cut:].any(dim=1)  # rows that must not see keys cut..Tk-1
+            blind &= ~undefined(case)[b]  # rows a MASKED_ROWS = "undefined" kernel may fill
             if not blind.any():
                 continue
             k2 = [x.clone() for x in ks]
@@ -696,6 +699,7 @@ def test_good_kernel_passes_every_imitation(path: Path) -> None:
     assert module.PROTOCOL == "kernel" and module.EXPECTED == frozenset()
     failures = []
     for case in good_cases(module):
+        assert features_used(case) <= set(module.FEATURES), describe(case)
         for prop in PROPERTY_IDS:
             seen = flagged(prop, case)
             if seen:
@@ -721,6 +725,43 @@ def test_broken_kernel_shows_its_bug(path: Path) -> None:
     assert module.PROTOCOL == "kernel"
     assert isinstance(expected, frozenset) and expected and expected <= set(PROPERTY_IDS), expected
     assert module.__doc__ and len(module.__doc__) > 80, "the docstring names the bug and its source"
-    case = Case(module, **getattr(module, "TRIGGER", {}))
+    trigger = getattr(module, "TRIGGER", {})
+    case = Case(module, **trigger)
+    assert features_used(case) <= set(module.FEATURES), "TRIGGER uses an undeclared feature"
     missed = [prop for prop in sorted(expected) if not flagged(prop, case)]
     assert not missed, f"{path.stem}: on {describe(case)} the imitations of {missed} saw nothing"
+    # the control: the correct kernel under the same declarations passes the same imitations
+    control = Case(correct_twin(module), **trigger)
+    false_alarms = {prop: flagged(prop, control) for prop in sorted(expected)}
+    assert not any(false_alarms.values()), f"{path.stem}'s correct twin: {false_alarms}"
+
+
+def features_used(case: Case) -> set[str]:
+    used = {"gqa": case.G != case.H, "scale": case.scale is not None,
+            "noncausal": not case.causal, "softcap": case.softcap is not None,
+            "alibi": case.alibi, "sinks": case.sinks,
+            "cross": any(a != b for a, b in zip(case.seqlens_q, case.seqlens_k, strict=True))}
+    return {name for name, yes in used.items() if yes}
+
+
+def test_rounding_double_rounds_by_position() -> None:
+    """Its rows differ in the last bits between calls of different shapes, within rounding."""
+    module = load(KERNELS / "good" / "rounding_by_position.py")
+    case = Case(module, B=3, Tq=8, Tk=8, G=4)
+    qs, ks, vs = draw(case)
+    together = Run(case, qs, ks, vs, {}).outs()
+    alone = [Run(Case(module, B=1, Tq=8, Tk=8, G=4), [q], [k], [v], {}).outs()[0]
+             for q, k, v in zip(qs, ks, vs, strict=True)]
+    assert any(not torch.equal(a, b) for a, b in zip(together, alone, strict=True))
+    assert not moved(together, alone, case.tol())
+
+
+def correct_twin(module: ModuleType) -> ModuleType:
+    """A module with the same declarations whose attention is the shared correct kernel."""
+    kernel = module.attention.__self__
+    common = sys.modules["attnspec_kernel_catalogue_common"]
+    cls = common.Blockwise if isinstance(kernel, common.Blockwise) else common.Kernel
+    twin = ModuleType(f"{module.__name__}_twin")
+    twin.__dict__.update({k: v for k, v in vars(module).items() if k.isupper()})
+    twin.attention, twin.supports = common.bind(cls, vars(twin))
+    return twin
