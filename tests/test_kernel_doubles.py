@@ -3,8 +3,14 @@
 Every correct kernel in tests/kernels/good/ agrees with an independent float64 formulation (below)
 and passes a cheap imitation of every kernel property on a few cases; every broken kernel in
 tests/kernels/broken/ is flagged, on its TRIGGER case, by the imitation of each property its
-EXPECTED names. The imitations are small and exact where the contract is exact; they are not the
-engine's properties, only evidence that each double shows its bug (or its correctness).
+EXPECTED names, and the correct kernel under the same declarations (its twin) is not. The
+imitations are small and exact where the contract is exact; they are not the engine's
+properties, only evidence that each double shows its bug (or its correctness).
+
+TRIGGER keys (all optional, defaults in BASE): B, H, G, Tq, Tk, D, dtype, causal; window as
+(left, right) inclusive with None unbounded (encoded here per the subject's WINDOW); scale,
+softcap (floats); alibi, sinks (bools: drawn slopes / sink logits); seqlens_q, seqlens_k (varlen
+per-sequence lengths, B follows); knobs (keywords); mag (input multiplier, x3 by default); seed.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,6 +38,15 @@ BASE: dict[str, Any] = {"B": 2, "H": 4, "G": 2, "Tq": 5, "Tk": 9, "D": 7, "dtype
                         "alibi": False, "sinks": False, "seqlens_q": None, "seqlens_k": None,
                         "knobs": {}, "mag": 3.0, "seed": 0}
 TOL = {torch.float32: 1e-4, torch.float64: 1e-9, torch.bfloat16: 3e-2}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    # tiny tensors: a second intra-op thread only spins against the other sessions on the cores
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def load(path: Path) -> ModuleType:
@@ -666,8 +681,10 @@ def good_cases(module: ModuleType) -> list[Case]:
         {"G": 4 if not has("gqa") else 2, "Tq": 9, "Tk": 9},
         {"G": 4, "Tq": 6, "Tk": 6, "D": 5, "B": 3, "dtype": torch.float64},
     ]
+    if torch.bfloat16 in getattr(module, "DTYPES", (torch.bfloat16,)):
+        cases.append({"G": 4, "Tq": 8, "Tk": 8, "D": 6, "dtype": torch.bfloat16})
     if has("cross"):
-        cases += [{"Tq": 5, "Tk": 11, "D": 7}, {"Tq": 7, "Tk": 4, "D": 3}]
+        cases += [{"Tq": 5, "Tk": 11, "D": 7}, {"Tq": 7, "Tk": 4, "D": 3, "sinks": has("sinks")}]
     if has("noncausal"):
         cases.append({"causal": False, "Tq": 6 if not has("cross") else 10, "Tk": 6 if not
                       has("cross") else 7})
