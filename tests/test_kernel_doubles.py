@@ -684,7 +684,10 @@ def good_cases(module: ModuleType) -> list[Case]:
     if torch.bfloat16 in getattr(module, "DTYPES", (torch.bfloat16,)):
         cases.append({"G": 4, "Tq": 8, "Tk": 8, "D": 6, "dtype": torch.bfloat16})
     if has("cross"):
-        cases += [{"Tq": 5, "Tk": 11, "D": 7}, {"Tq": 7, "Tk": 4, "D": 3, "sinks": has("sinks")}]
+        cases += [{"Tq": 5, "Tk": 11, "D": 7}, {"Tq": 7, "Tk": 4, "D": 3}]
+        if has("sinks"):  # a row that sees no key, with a sink: o 0, lse the sink's logit
+            cases.append({"Tq": 6, "Tk": 2, "sinks": True})
+    cases.append({"Tq": 1, "Tk": 1, "G": BASE["H"]})  # one key: the shortcut that aliases v
     if has("noncausal"):
         cases.append({"causal": False, "Tq": 6 if not has("cross") else 10, "Tk": 6 if not
                       has("cross") else 7})
@@ -702,6 +705,7 @@ def good_cases(module: ModuleType) -> list[Case]:
         cases.append({"window": (3, 0), "Tq": 8, "Tk": 10 if has("cross") else 8})
         if has("noncausal") and module.WINDOW != "left":
             cases.append({"causal": False, "window": (2, 1), "Tq": 8, "Tk": 8})
+            cases.append({"causal": False, "window": (None, 2), "Tq": 8, "Tk": 8})
     if module.LAYOUT == "varlen":
         cases = [{**c, **varlen_lengths} for c in cases] + [{**varlen_lengths, "B": 4}]
     for c in cases:
@@ -782,3 +786,14 @@ def correct_twin(module: ModuleType) -> ModuleType:
     twin.__dict__.update({k: v for k, v in vars(module).items() if k.isupper()})
     twin.attention, twin.supports = common.bind(cls, vars(twin))
     return twin
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=[p.stem for p in BROKEN])
+def test_good_battery_rejects_broken_kernel(path: Path) -> None:
+    """The battery the correct kernels pass is not too weak: it rejects every broken one."""
+    module = load(path)
+    for case in good_cases(module):
+        for prop in PROPERTY_IDS:
+            if flagged(prop, case):
+                return
+    pytest.fail(f"{path.stem} passed every imitation on every case a correct kernel must pass")
