@@ -775,6 +775,14 @@ def test_rounding_double_rounds_by_position() -> None:
              for q, k, v in zip(qs, ks, vs, strict=True)]
     assert any(not torch.equal(a, b) for a, b in zip(together, alone, strict=True))
     assert not moved(together, alone, case.tol())
+    # the same values at an address off the 64-byte grid: other last bits, same attention
+    q, k, v = pack(case, qs), pack(case, ks), pack(case, vs)
+    shifted = torch.empty(q.numel() + 1, dtype=q.dtype)[1:].view(q.shape).copy_(q)
+    assert shifted.data_ptr() % 64 != 0
+    aligned = module.attention(q, k, v, causal=True)[0]
+    unaligned = module.attention(shifted, k, v, causal=True)[0]
+    assert not torch.equal(aligned, unaligned)
+    assert torch.allclose(aligned, unaligned, rtol=1e-6, atol=0)
 
 
 def correct_twin(module: ModuleType) -> ModuleType:

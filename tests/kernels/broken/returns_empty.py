@@ -25,15 +25,9 @@ FEATURES = ALL_FEATURES
 
 class Empty(Kernel):
     def attention(self, q, k, v, **kw):
-        shape = q.shape  # the bug: the answer is whatever the allocator hands back
-        o = torch.empty(shape, dtype=q.dtype, device=q.device)
-        if self.lse is None:
-            return o
-        H, Tq = (q.shape[1], q.shape[0]) if self.layout == "varlen" else (
-            (q.shape[1], q.shape[2]) if self.layout == "bhsd" else (q.shape[2], q.shape[1]))
-        lse_shape = {"bhs": (q.shape[0], H, Tq), "bsh": (q.shape[0], Tq, H), "hs": (H, Tq),
-                     "sh": (Tq, H)}[self.lse_layout]
-        return o, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+        # the bug: the answer is whatever the allocator hands back
+        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        return o, torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)  # (B, H, Tq)
 
 
 attention, supports = bind(Empty, globals())

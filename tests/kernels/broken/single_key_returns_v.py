@@ -31,7 +31,8 @@ class SingleKeyView(Kernel):
             o = v.expand(q.shape)  # the bug: a view of v, not a new tensor
             if self.lse is None:
                 return o
-            s = (q * k).sum(-1).float() * self.scale_of(kw.get("scale"), q.shape[-1])
+            s = (q * k).sum(-1).to(self.compute_dtype(q.dtype))
+            s = s * self.scale_of(kw.get("scale"), q.shape[-1])
             if kw.get("softcap"):
                 s = kw["softcap"] * torch.tanh(s / kw["softcap"])
             return o, s

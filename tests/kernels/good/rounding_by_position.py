@@ -9,6 +9,12 @@ is exact attention; every call repeats bit for bit; but a check that compares a 
 the same row in another call, or packed against alone, *exactly* false-alarms on it. Every
 property must pass it.
 
+It also rounds by alignment, as kernels with a vectorised path for aligned pointers do (and as
+MKL does on AMD EPYC, the module catalogue's batch_position_rounding): when q does not start at a
+64-byte boundary every output moves one unit in the last place. So "the same values at a new
+address" may differ in the last bit from the first call, and only a repeat on the same tensors
+must be bit-identical.
+
 Trained scale: attnspec draws inputs x3 and x5 (xformers' randn * 3, FA's overflow test q x5,
 k and v x3), so softmax rows are peaked and these rounding differences are several times what
 small random inputs give; a tolerance fitted at unit scale would call this double wrong.
@@ -32,7 +38,19 @@ DETERMINISTIC = True
 FEATURES = ALL_FEATURES
 
 
+_BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16,
+         torch.float16: torch.int16}
+
+
 class ChunkedByPosition(Kernel):
+    def output(self, o, q):
+        o = super().output(o, q)
+        if q.data_ptr() % 64 == 0:
+            return o
+        bits = o.detach().view(_BITS[o.dtype])
+        return o + ((bits + 1).view(o.dtype) - o.detach())  # rounding, not math: no gradient
+
+
     def chunk(self, B: int, H: int, b: int) -> int:
         """Keys per partial sum: from the call's size and the row's place (a split heuristic)."""
         return 1 + (B * H + b) % 3
