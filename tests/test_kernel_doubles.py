@@ -685,6 +685,7 @@ def good_cases(module: ModuleType) -> list[Case]:
         cases.append({"G": 4, "Tq": 8, "Tk": 8, "D": 6, "dtype": torch.bfloat16})
     if has("cross"):
         cases += [{"Tq": 5, "Tk": 11, "D": 7}, {"Tq": 7, "Tk": 4, "D": 3}]
+        cases.append({"Tq": 3, "Tk": 0})  # no keys at all: o 0, lse -inf (FA4's seqlen_k == 0)
         if has("sinks"):  # a row that sees no key, with a sink: o 0, lse the sink's logit
             cases.append({"Tq": 6, "Tk": 2, "sinks": True})
     cases.append({"Tq": 1, "Tk": 1, "G": BASE["H"]})  # one key: the shortcut that aliases v
