@@ -30,8 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--attnspec-max-examples", type=int, default=None, metavar="N",
                     help="examples per property")
     group.addoption("--attnspec-device", default="all", choices=DEVICES)
-    group.addoption("--attnspec-max-seq", type=int, default=64, metavar="T",
-                    help="the longest sequence length drawn (64, at most 4096)")
+    group.addoption("--attnspec-max-seq", type=int, default=None, metavar="T",
+                    help="the longest sequence length drawn (64 for modules, 256 for kernels; "
+                         "at most 4096)")
     group.addoption("--attnspec-max-heads", type=int, default=32, metavar="H",
                     help="the most query heads drawn (32, at most 256)")
     group.addoption("--attnspec-max-head-dim", type=int, default=256, metavar="D",

@@ -464,7 +464,7 @@ def test_xformers_bottom_right_supports_keeps_rows_defined(standins: None) -> No
 def test_adapter_fails_at_load_without_its_library(fresh_modules: None, name: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from attnspec._errors import TargetError
-    from attnspec._subject import load_subject
+    from attnspec.runner.subject import load_subject
     from attnspec.subjects._kernels import KernelUnavailable
 
     package = {"flash_attn_varlen": "flash_attn", "xformers_bottom_right": "xformers"

@@ -247,9 +247,10 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--seed", type=int, metavar="N", help="the same seed replays the run")
     verify.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="seconds one example may take before the worker is killed (30)")
-    verify.add_argument("--max-seq", type=int, default=64, metavar="T",
-                        help="the longest sequence length drawn (64, at most 4096); raise it "
-                             "past a blocked kernel's block size")
+    verify.add_argument("--max-seq", type=int, default=None, metavar="T",
+                        help="the longest sequence length drawn (64 for modules, 256 for "
+                             "kernels; at most 4096); raise it past a blocked kernel's block "
+                             "size")
     verify.add_argument("--max-heads", type=int, default=MAX_HEADS, metavar="H",
                         help=f"the most query heads drawn ({MAX_HEADS}, at most {HEADS_LIMIT})")
     verify.add_argument("--max-head-dim", type=int, default=MAX_HEAD_DIM, metavar="D",

@@ -192,6 +192,14 @@ def visible_rows(ex: KernelExample, corner: str) -> Tensor:
     return out
 
 
+def query_positions(ex: KernelExample, corner: str) -> Tensor:
+    """(B, Tq): each query's position on its sequence's key axis (Tk_b - Tq_b + i at the
+    bottom right, i at the top left)."""
+    i = torch.arange(ex.Tq)
+    return torch.stack([i + (lk - lq if corner == "bottom_right" else 0)
+                        for lq, lk in _lengths(ex)]) if ex.B else i[None]
+
+
 def real_rows(ex: KernelExample) -> Tensor:
     """(B, 1, Tq, 1) True at positions that are queries (varlen: within each length)."""
     out = torch.zeros(ex.B, 1, ex.Tq, 1, dtype=torch.bool)
@@ -323,6 +331,12 @@ def _at(index: tuple[int, ...] | None, axes: str = "b h i d") -> str:
     return f" at ({shown})"
 
 
+def _judgeable(ex: KernelExample, c: conv.KernelConventions) -> Tensor:
+    """(B, 1, Tq, 1): real queries, less those without keys where MASKED_ROWS is undefined."""
+    keep = real_rows(ex)
+    return keep & visible_rows(ex, c.causal) if c.masked_rows == "undefined" else keep
+
+
 def _judged(ex: KernelExample, corner: str, masked: str, t: Tensor) -> Tensor:
     """Rows the rule judges: every real query, except rows that see no key when the kernel
     leaves those undefined (their values are then set to 0)."""
@@ -356,11 +370,12 @@ def _finite_max(t: Tensor) -> float:
 
 
 def _judge(name: str, got: Tensor | None, want: Tensor, yard: float, ex: KernelExample,
-           K: float = tol.K, what: str = "") -> Outcome | None:
-    """A failure where max|got - want| exceeds K x yard + floor (None: within the rule)."""
+           K: float = tol.K, what: str = "", magnitude: float = 0.0) -> Outcome | None:
+    """A failure where max|got - want| exceeds K x yard + floor (None: within the rule); the
+    floor scales with the larger of want's values and `magnitude`."""
     if got is None:
         return _fail(f"{what}the kernel returned no {name}")
-    scale = _finite_max(want)
+    scale = max(_finite_max(want), magnitude)
     allowed = K * yard + tol.floor(ex.dtype, scale)
     err, index = tol.max_abs_diff(got, want)
     if err > allowed:
@@ -461,6 +476,7 @@ def check_causality(kern: Kernel) -> Outcome:
     ex, c = kern.ex, kern.c
     q, k, v = inputs(ex)
     shift = ex.Tk - ex.Tq if c.causal == "bottom_right" else 0
+    i = query_positions(ex, c.causal)  # (B, Tq)
     notes = []
     for cut in ex.cuts or (max(0, ex.Tk // 2),):
         later = lambda t, cut=cut: _positions(t, 2, lambda j: j >= cut)  # noqa: E731
@@ -468,8 +484,7 @@ def check_causality(kern: Kernel) -> Outcome:
         base, again = (kern.step(q, k, v), kern.step(q, k, v))
         mine, theirs = _apart(kern, [base, again], [kern.step(q, k2, v2)])
         jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
-        i = torch.arange(ex.Tq) + shift
-        blind = (i < cut).view(1, 1, -1, 1).expand(ex.B, 1, ex.Tq, 1) & real_rows(ex)
+        blind = (i < cut)[:, None, :, None] & _judgeable(ex, c)
         if not bool(blind.any()):
             notes.append(f"cut {cut}: no query before it")
             continue
@@ -493,15 +508,22 @@ def check_batch_independence(kern: Kernel) -> Outcome:
     head0 = lambda t: _positions(t, 1, lambda h: h == 0)  # noqa: E731
     q_b, k_b, v_b = (_perturbed(t, row0, ex, 21 + n) for n, t in enumerate((q, k, v)))
     q_h = _perturbed(q, head0, ex, 24)
+    k_h, v_h = _perturbed(k, head0, ex, 25), _perturbed(v, head0, ex, 26)
     mine, theirs = _apart(kern, [kern.step(q, k, v), kern.step(q, k, v)],
-                          [kern.step(q_b, k_b, v_b), kern.step(q_h, k, v)])
+                          [kern.step(q_b, k_b, v_b), kern.step(q_h, k, v),
+                           kern.step(q, k_h, v_h)])
     jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
-    others = (torch.arange(ex.B) > 0).view(-1, 1, 1, 1).expand(ex.B, 1, ex.Tq, 1) & real_rows(ex)
+    judged = _judgeable(kern.ex, kern.c)
+    others = (torch.arange(ex.B) > 0).view(-1, 1, 1, 1).expand(ex.B, 1, ex.Tq, 1) & judged
     heads = (torch.arange(ex.H) > 0).view(1, -1, 1, 1).expand(ex.B, ex.H, ex.Tq, 1)
+    groups = (torch.arange(ex.H) >= ex.H // ex.G).view(1, -1, 1, 1).expand(ex.B, ex.H, ex.Tq, 1)
     for name in ("o", "lse"):
         axes = "b h i d" if name == "o" else "b h i"
-        for moved, rows, change in ((theirs[0], others, "changing batch row 0"),
-                                    (theirs[1], heads & real_rows(ex), "changing query head 0")):
+        for moved, rows, change in (
+                (theirs[0], others, "changing batch row 0"),
+                (theirs[1], heads & judged, "changing query head 0's q"),
+                (theirs[2], groups & judged, f"changing kv head 0's k and v (read by query "
+                                             f"heads 0..{ex.H // ex.G - 1} only)")):
             if rows.size(1) == 1 and mine[0][name] is not None:
                 rows = rows.expand(ex.B, ex.H, ex.Tq, 1)
             failed = _unmoved(name, mine[0][name], moved[name], rows, jitter, change, axes)
@@ -618,18 +640,21 @@ def check_oracle_grad(kern: Kernel) -> Outcome:
     ex, c = kern.ex, kern.c
     q, k, v = inputs(ex)
     do = inputs(dataclasses.replace(ex, scale=1.0), 31)[0]
+    do = do.masked_fill(~_judgeable(ex, c), 0.0)  # no gradient flows from undefined rows
     (got,) = kern.run([kern.step(q, k, v, grad={"do": do, "dlse": None})])
     golden = _golden(ex, q, k, v, c.causal, grad=do.double())
     yard = _yardstick(ex, q, k, v, c.causal, golden, grad=do)
-    for name, want in zip(("dq", "dk", "dv"), golden[2], strict=True):
-        if got[name] is None:
-            return _fail(f"the kernel gave no {name} (BACKWARD = True): o does not require "
-                         "grad, or its backward left the input out")
-        gotten = got[name].double()
+    # A gradient that is 0 in exact arithmetic (dk with one key) is all rounding: its floor
+    # scales with the largest of the three, as a module's parameter gradients do.
+    largest = max(_finite_max(g) for g in golden[2])
+    for name, want, t in zip(("dq", "dk", "dv"), golden[2], (q, k, v), strict=True):
+        # No gradient (an input the output does not depend on, Tk = 0) is a zero gradient.
+        gotten = torch.zeros(t.shape, dtype=torch.float64) if got[name] is None else \
+            got[name].double()
         if name == "dq":
             gotten, want = _judged(ex, c.causal, "zero", gotten), _judged(ex, c.causal, "zero",
                                                                            want)
-        failed = _judge(name, gotten, want, yard[name], ex, K=K_GRAD)
+        failed = _judge(name, gotten, want, yard[name], ex, K=K_GRAD, magnitude=largest)
         if failed is not None:
             return failed
     return Outcome(PASS)
@@ -642,30 +667,30 @@ def check_window(kern: Kernel) -> Outcome:
     assert ex.window is not None
     left, right = ex.window
     q, k, v = inputs(ex)
-    shift = ex.Tk - ex.Tq if c.causal == "bottom_right" else 0
-    i = torch.arange(ex.Tq) + shift
+    i = query_positions(ex, c.causal)  # (B, Tq)
     spots = [j for j in (ex.cuts or (ex.Tk // 2,)) if 0 <= j < ex.Tk]
     theirs_steps, spot_rows = [], []
     for n, j0 in enumerate(spots):
         at = lambda t, j0=j0: _positions(t, 2, lambda j: j == j0)  # noqa: E731
         theirs_steps.append(kern.step(q, _perturbed(k, at, ex, 41 + n),
                                       _perturbed(v, at, ex, 61 + n, factor=100.0)))
-        inside = torch.ones(ex.Tq, dtype=torch.bool)
+        inside = torch.ones(i.shape, dtype=torch.bool)
         if ex.causal:
             inside &= j0 <= i
         if left is not None:
             inside &= j0 >= i - left
         if right is not None:
             inside &= j0 <= i + right
-        edge = torch.zeros(ex.Tq, dtype=torch.bool) if left is None else inside & (
+        inside &= j0 < torch.tensor([lk for _, lk in _lengths(ex)])[:, None]  # a real key
+        edge = torch.zeros(i.shape, dtype=torch.bool) if left is None else inside & (
             j0 == i - left)
         spot_rows.append((j0, inside, edge))
     mine, theirs = _apart(kern, [kern.step(q, k, v), kern.step(q, k, v)], theirs_steps)
     jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
-    real = real_rows(ex)
+    real = _judgeable(ex, c)
     edges_seen = edges_moved = 0
     for (j0, inside, edge), moved in zip(spot_rows, theirs, strict=True):
-        outside = (~inside).view(1, 1, -1, 1) & real
+        outside = (~inside)[:, None, :, None] & real
         change = (f"changing key {j0}, outside the window {ex.window} of the queries judged "
                   f"(WINDOW = {c.window!r})")
         for name in ("o", "lse"):
@@ -673,7 +698,7 @@ def check_window(kern: Kernel) -> Outcome:
                               "b h i d" if name == "o" else "b h i")
             if failed is not None:
                 return failed
-        rows = edge.view(1, 1, -1, 1) & real
+        rows = edge[:, None, :, None] & real
         if bool(rows.any()):
             edges_seen += 1
             err, _ = _changed(mine[0]["o"], moved["o"], rows, 2 * jitter)
@@ -853,18 +878,23 @@ def check_fresh_results(kern: Kernel) -> Outcome:
     first = inputs(ex)
     second = inputs(ex, 101)
     third = inputs(ex, 202)
+    last = lambda t: _positions(t, 2, lambda i: i == t.size(2) - 1) & _positions(  # noqa: E731
+        t, 0, lambda b: b == t.size(0) - 1)
+    fourth = (_perturbed(third[0], last, ex, 303), third[1], _perturbed(third[2], last, ex, 304))
     got = kern.run([kern.step(*first), kern.step(*second, in_place=True),
-                    kern.step(*third)])
+                    kern.step(*third), kern.step(*fourth)])
     for n, (xs, result, how) in enumerate(zip(
-            (first, second, third), got,
+            (first, second, third, fourth), got,
             ("the first call", "new values copied into the same tensors",
-             "new values in new tensors of the same shape"), strict=True)):
+             "new values in new tensors of the same shape",
+             "the same again but the last row's q and v (a cache keyed by the first elements)"),
+            strict=True)):
         failed = _oracle_outcome(kern, result, *xs, what=f"{how}: ")
         if failed is not None:
             if n and tol.max_abs_diff(result["o"], got[n - 1]["o"])[0] == 0:
                 failed.message += (f"; it is exactly the previous call's o: the kernel "
                                    f"returned a cached answer (keyed by "
-                                   f"{'address' if n == 1 else 'shape'})")
+                                   f"{('address', 'shape', 'a checksum')[min(n, 3) - 1]})")
             elif not bool(result["o"].isfinite().all()):
                 failed.message += ("; o holds NaN where attnspec poisoned the memory before "
                                    "the call: memory returned unwritten (torch.empty)?")

@@ -28,7 +28,16 @@ import torch
 
 from .._errors import ConfigError, TargetError, UsageError
 from ..properties import BY_ID, PROPERTY_IDS, TWINNED, run_check
-from ..properties.base import Example, Outcome
+from ..properties.base import Context, Example, Outcome
+from ..properties.kernel import (
+    KERNEL_BY_ID,
+    KERNEL_PROPERTY_IDS,
+    KERNEL_TWINNED,
+    KernelExample,
+    run_kernel_check,
+)
+from ..properties.kernel import skip_reason as kernel_skip_reason
+from ..reference.conventions import KernelConventions
 from ..reference.spec import ALiBi, AttentionSpec, RoPE, positions_from_json
 from .isolation import (
     become_subreaper,
@@ -40,10 +49,12 @@ from .isolation import (
     sweep,
 )
 from .options import (
+    KERNEL_MAX_SEQ,
     MAX_HEAD_DIM,
     MAX_HEADS,
     MAX_SEQ_LIMIT,
     MAX_WIDTH,
+    MODULE_MAX_SEQ,
     NARROW_HEAD_DIM,
     NARROW_HEADS,
     PROFILES,
@@ -61,6 +72,9 @@ __all__ = ["PROFILES", "PROPERTIES", "RunOptions", "Session", "verify"]
 
 PROPERTIES: tuple[str, ...] = PROPERTY_IDS
 """The property ids, in the order they run (docs/design.md's table, then device_agreement)."""
+KERNEL_PROPERTIES: tuple[str, ...] = KERNEL_PROPERTY_IDS
+"""A kernel subject's property ids, in the order they run."""
+_ANY_IDS: tuple[str, ...] = (*PROPERTIES, *(p for p in KERNEL_PROPERTIES if p not in PROPERTIES))
 
 # Bounds on a replayed example, so that a typo cannot allocate hundreds of GB.
 _REPLAY_LIMITS = {"B": 1024, "C": 65536, "H": 4096}
@@ -107,28 +121,64 @@ def _split_ids(values: Iterable[str] | str | None, option: str) -> list[str] | N
     ids = [v.strip() for value in values for v in value.split(",") if v.strip()]
     if not ids and option == "only":
         raise UsageError(option=option, value=",".join(values),
-                         reason=f"names no property id; the ids are {', '.join(PROPERTIES)}.")
-    unknown = [i for i in ids if i not in PROPERTIES]
+                         reason=f"names no property id; the ids are {', '.join(PROPERTIES)} "
+                                f"(modules) and {', '.join(KERNEL_PROPERTIES)} (kernels).")
+    unknown = [i for i in ids if i not in _ANY_IDS]
     if unknown:
         raise UsageError(option=option, value=",".join(ids),
                          reason=f"unknown property id {', '.join(map(repr, unknown))}; the ids "
-                                f"are {', '.join(PROPERTIES)}.")
+                                f"are {', '.join(PROPERTIES)} (modules) and "
+                                f"{', '.join(KERNEL_PROPERTIES)} (kernels).")
     return ids
 
 
 def select_properties(only: Iterable[str] | str | None = None,
-                      skip: Iterable[str] | str | None = None) -> list[str]:
-    chosen = _split_ids(only, "only") or list(PROPERTIES)
+                      skip: Iterable[str] | str | None = None, *,
+                      kernel: bool | None = False) -> list[str]:
+    """The ids to run, in running order, of a module's catalogue or a kernel's (None: either,
+    before the subject is loaded; the ids are only checked to exist)."""
+    if kernel is None:
+        chosen = _split_ids(only, "only")
+        _split_ids(skip, "skip")
+        if chosen is None:
+            return list(PROPERTIES)
+        return [p for p in _ANY_IDS if p in chosen]
+    family = KERNEL_PROPERTIES if kernel else PROPERTIES
+    chosen = _split_ids(only, "only") or list(family)
     skipped = set(_split_ids(skip, "skip") or ())
-    props = [p for p in PROPERTIES if p in chosen and p not in skipped]
+    other = [p for p in chosen if p not in family]
+    if other and only is not None:
+        kind, theirs = ("a kernel", "module") if kernel else ("a module", "kernel")
+        raise UsageError(option="only", value=",".join(chosen),
+                         reason=f"{', '.join(other)} {'is' if len(other) == 1 else 'are'} "
+                                f"{theirs} properties, and the subject is {kind}; its ids are "
+                                f"{', '.join(family)}.")
+    props = [p for p in family if p in chosen and p not in skipped]
     if not props:
         raise UsageError(option="skip", value=",".join(sorted(skipped)),
                          reason=f"leaves no property to run of {', '.join(chosen)}.")
     return props
 
 
-def _size(ex: Example) -> tuple[int, ...]:
+def _size(ex: Example | KernelExample) -> tuple[int, ...]:
+    if isinstance(ex, KernelExample):
+        return (ex.B * ex.H * ex.Tq * ex.Tk * ex.D, ex.Tq, ex.Tk, ex.B, ex.H, ex.D,
+                len(ex.cuts), ex.seed)
     return (ex.B * ex.T * ex.C, ex.T, ex.B, ex.C, ex.H, len(ex.cuts), ex.seed)
+
+
+def _kernel_features(ex: KernelExample) -> list[str]:
+    """A kernel example's departures from causal self-attention, as coverage labels."""
+    return [name for name, on in (
+        ("plain", ex.causal and ex.Tq == ex.Tk and ex.G == ex.H and ex.window is None
+         and ex.softcap is None and not ex.alibi and not ex.sinks),
+        ("noncausal", not ex.causal), ("cross_short_q", ex.Tq < ex.Tk),
+        ("cross_long_q", ex.Tq > ex.Tk), ("mqa", ex.G == 1 < ex.H), ("gqa", 1 < ex.G < ex.H),
+        ("window", ex.window is not None), ("scale", ex.softmax_scale is not None),
+        ("softcap", ex.softcap is not None), ("alibi", ex.alibi), ("sinks", ex.sinks),
+        ("varlen", ex.lengths is not None),
+        ("empty_sequence", ex.lengths is not None and any(0 in p for p in ex.lengths)))
+        if on]
 
 
 def _features(spec: AttentionSpec) -> list[str]:
@@ -158,10 +208,13 @@ class _Coverage:
     """What the examples run so far covered, so a report shows the range a pass was earned on."""
 
     ranges: dict[str, list[int]] = field(default_factory=dict)
-    shapes: set[tuple[int, int, int, int]] = field(default_factory=set)
+    shapes: set[tuple[int, ...]] = field(default_factory=set)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def add(self, prop: str, ex: Example) -> None:
+    def add(self, prop: str, ex: Example | KernelExample) -> None:
+        if isinstance(ex, KernelExample):
+            self._add_kernel(ex)
+            return
         for axis in ("B", "T", "C", "H"):
             value = getattr(ex, axis)
             low, high = self.ranges.get(axis, (value, value))
@@ -186,6 +239,20 @@ class _Coverage:
             seen = self.counts.setdefault("variant", {})
             for feature in _features(ex.spec):
                 seen[feature] = seen.get(feature, 0) + 1
+
+    def _add_kernel(self, ex: KernelExample) -> None:
+        for axis in ("B", "H", "G", "Tq", "Tk", "D"):
+            value = getattr(ex, axis)
+            low, high = self.ranges.get(axis, (value, value))
+            self.ranges[axis] = [min(low, value), max(high, value)]
+        self.shapes.add((ex.B, ex.H, ex.Tq, ex.Tk, ex.D))  # type: ignore[arg-type]
+        for key, value in (("dtype", ex.dtype), ("device", ex.device),
+                           ("input_scale", f"{ex.scale:g}")):
+            seen = self.counts.setdefault(key, {})
+            seen[value] = seen.get(value, 0) + 1
+        seen = self.counts.setdefault("variant", {})
+        for feature in _kernel_features(ex):
+            seen[feature] = seen.get(feature, 0) + 1
 
     def to_json(self) -> dict[str, Any] | None:
         if not self.shapes:
@@ -305,7 +372,7 @@ class Session:
         self.max_examples = options.examples
         self.seed = options.seed
         self.timeout = options.timeout
-        self.max_seq = options.max_seq
+        self.max_seq = options.max_seq or MODULE_MAX_SEQ  # until the subject says kernel
         self._crash_shrink_left = _CRASH_SHRINK_SECONDS
         self._passed: dict[str, tuple[_State, float]] = {}  # quick passes the full pass continues
         self._declined: dict[str, int] = {}  # per property, the specs supports(spec) declined
@@ -363,6 +430,12 @@ class Session:
         self._twin_error: str | None = None
         self._twin_wait = True  # False in verify's quick pass, which need not wait for it
         self.info = self.executor.info
+        self.kernel = self.info.protocol == "kernel"
+        self.conventions = KernelConventions.from_json(self.info.kernel) if self.kernel \
+            else None
+        self.max_seq = options.max_seq or (KERNEL_MAX_SEQ if self.kernel else MODULE_MAX_SEQ)
+        self.ids = KERNEL_PROPERTY_IDS if self.kernel else PROPERTY_IDS
+        self.twinned = KERNEL_TWINNED if self.kernel else TWINNED
         if self.info.protocol == 2:  # again here: the worker's process is the subject's
             try:
                 check_variants(self.info.variants or {}, repr(self.target))
@@ -521,6 +594,15 @@ class Session:
         """One example for `prop`; `narrow`: H <= 8 and D <= 16 only (verify's quick pass,
         where most bugs show at a fraction of a wide example's cost)."""
         strategy = self._strategies.get((prop, narrow))
+        if strategy is None and self.kernel:
+            from .kernel_strategies import kernel_examples
+
+            assert self.conventions is not None
+            heads, dim, _ = self.sizes
+            strategy = self._strategies[(prop, narrow)] = kernel_examples(
+                KERNEL_BY_ID[prop], self.conventions, dtypes=self.dtypes, max_seq=self.max_seq,
+                max_heads=heads, max_head_dim=dim, narrow=narrow)
+            _hide_own_source_from_hypothesis()
         if strategy is None:
             from .strategies import examples
 
@@ -538,6 +620,9 @@ class Session:
     # ---- running -----------------------------------------------------------------------
 
     def _skip_reason(self, prop: str) -> str | None:
+        if self.kernel:
+            assert self.conventions is not None
+            return kernel_skip_reason(KERNEL_BY_ID[prop], self.conventions)
         spec = BY_ID[prop]
         v2 = self.info.protocol == 2
         if spec.needs_window and not v2:
@@ -683,6 +768,10 @@ class Session:
 
         if not isinstance(data, Mapping):
             raise bad("expected a JSON object such as a failure's replay command prints")
+        if self.kernel:
+            return self._replay_kernel_example(prop, data, bad)
+        if data.get("kind") == "kernel":
+            raise bad("it is a kernel example (kind: kernel), and this subject is a module")
         fields = list(Example.__dataclass_fields__)
         unknown = sorted(map(str, set(data) - set(fields)))
         if unknown:
@@ -767,6 +856,57 @@ class Session:
                       f"{', '.join(self.dtypes[device])}")
         return ex
 
+    def _replay_kernel_example(self, prop: str, data: Mapping[str, Any],
+                               bad: Callable[[str], UsageError]) -> KernelExample:
+        """A kernel example from a replay JSON, checked field by field."""
+        fields = [*KernelExample.__dataclass_fields__, "kind"]
+        unknown = sorted(map(str, set(data) - set(fields)))
+        if unknown:
+            raise bad(f"unknown field {', '.join(map(repr, unknown))}; a kernel example has "
+                      f"{', '.join(fields)}")
+        missing = [k for k in ("B", "H", "G", "Tq", "Tk", "D") if k not in data]
+        if missing:
+            raise bad(f"missing {', '.join(missing)}")
+        for key in ("B", "H", "G", "Tq", "Tk", "D", "seed"):
+            value = data.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise bad(f"{key} must be a whole number >= 0, got {value!r}")
+        if not 0 <= data.get("seed", 0) < 2**31:
+            raise bad(f"seed must be in 0..{2**31 - 1}, as drawn, got {data['seed']}")
+        if min(data["B"], data["H"], data["G"], data["D"], data["Tq"]) < 1:
+            raise bad("B, H, G, D and Tq must be >= 1")
+        if data["H"] % data["G"]:
+            raise bad(f"G={data['G']} must divide H={data['H']}")
+        for key in ("Tq", "Tk"):
+            if data[key] > MAX_SEQ_LIMIT:
+                raise bad(f"{key} must be at most {MAX_SEQ_LIMIT}")
+        gib = data["B"] * data["H"] * data["Tq"] * max(data["Tk"], 1) * 8 * 4 / 2**30
+        if gib > _REPLAY_GIB:
+            raise bad(f"this example needs about {gib:,.0f} GiB of scores; at most "
+                      f"{_REPLAY_GIB} GiB is replayed")
+        scale = data.get("scale", 1.0)
+        if not isinstance(scale, int | float) or isinstance(scale, bool) \
+                or not 0 < scale < float("inf"):
+            raise bad(f"scale must be a finite number > 0, got {scale!r}")
+        try:
+            ex = KernelExample.from_json(data)
+        except (TypeError, ValueError) as error:
+            raise bad(f"it is not a kernel example: {error}") from None
+        if ex.lengths is not None and (len(ex.lengths) != ex.B or not all(
+                isinstance(n, int) and 0 <= n <= T for pair in ex.lengths
+                for n, T in zip(pair, (ex.Tq, ex.Tk), strict=True))):
+            raise bad(f"lengths must be B={ex.B} pairs (Tq_b, Tk_b) within Tq={ex.Tq} and "
+                      f"Tk={ex.Tk}")
+        if not all(isinstance(t, int) and 0 <= t < max(ex.Tk, 1) for t in ex.cuts):
+            raise bad(f"cuts must lie in 0..Tk-1, got {list(ex.cuts)}")
+        if ex.device not in self.dtypes:
+            raise bad(f"device {ex.device!r} is not available here; this run has "
+                      f"{', '.join(self.devices)}")
+        if ex.dtype not in self.dtypes[ex.device]:
+            raise bad(f"dtype {ex.dtype!r} is not one this run checks on {ex.device}: "
+                      f"{', '.join(self.dtypes[ex.device])}")
+        return ex
+
     @contextlib.contextmanager
     def _judging(self) -> Iterator[None]:
         """One torch thread for the runner while it judges a worker's subject: its references
@@ -782,14 +922,17 @@ class Session:
         finally:
             torch.set_num_threads(threads)
 
-    def replay(self, prop: str, example: Example | dict[str, Any]) -> PropertyResult:
+    def replay(self, prop: str, example: Example | KernelExample | dict[str, Any],
+               ) -> PropertyResult:
         """Run exactly one example of one property (what a failure's replay command does)."""
         self._twin_wait = True
         with self._judging():
             return self._replay(prop, example)
 
-    def _replay(self, prop: str, example: Example | dict[str, Any]) -> PropertyResult:
-        ex = example if isinstance(example, Example) else self.replay_example(prop, example)
+    def _replay(self, prop: str, example: Example | KernelExample | dict[str, Any],
+                ) -> PropertyResult:
+        ex = example if isinstance(example, Example | KernelExample) else \
+            self.replay_example(prop, example)
         state = _State()
         start = time.perf_counter()
         try:
@@ -804,9 +947,15 @@ class Session:
         state.examples += 1
         counted = _Counted(self.executor)
         try:
-            outcome = run_check(counted, prop, ex,
-                                self._gang if BY_ID[prop].shards is not None else None,
-                                self._twin_worker if self.isolated else None)
+            if isinstance(ex, KernelExample):
+                assert self.conventions is not None
+                outcome = run_kernel_check(
+                    Context(counted, None, self._twin_worker if self.isolated else None),
+                    prop, ex, self.conventions)
+            else:
+                outcome = run_check(counted, prop, ex,
+                                    self._gang if BY_ID[prop].shards is not None else None,
+                                    self._twin_worker if self.isolated else None)
         except SubjectCrash as bare:
             crash = SubjectCrash(bare.kind, f"{self._in_flags(str(bare))} (on {ex.describe()})",
                                  ran=bare.ran)
@@ -848,7 +997,7 @@ class Session:
         it: the examples it ran count towards the property's total, and are not run again.
         """
         self._twin_wait = stream != "quick"  # the full pass always compares in two processes
-        if prop in TWINNED and self._twin_wait:
+        if prop in self.twinned and self._twin_wait:
             self._start_twin()
         with self._judging():
             return self._run(prop, progress, max_examples, stream)
@@ -861,9 +1010,9 @@ class Session:
         from hypothesis.database import DirectoryBasedExampleDatabase
         from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, Unsatisfiable
 
-        if prop not in PROPERTIES:
+        if prop not in self.ids:
             raise UsageError(option="only", value=prop,
-                             reason=f"unknown property id; the ids are {', '.join(PROPERTIES)}.")
+                             reason=f"unknown property id; the ids are {', '.join(self.ids)}.")
         start = time.perf_counter()
         reason = self._skip_reason(prop)
         if reason is not None:
@@ -1031,7 +1180,7 @@ def verify(
     report: str | os.PathLike[str] | None = None, isolate: bool | None = None,
     progress: bool | Progress = False, exitfirst: bool = False,
     replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
-    on_start: Callable[[Report], None] | None = None, max_seq: int = 64,
+    on_start: Callable[[Report], None] | None = None, max_seq: int | None = None,
     max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
     world_sizes: Sequence[int] | None = None, worker_user: str | None = None,
 ) -> Report:
@@ -1052,7 +1201,8 @@ def verify(
     - `profile`: `"smoke"`, `"default"`, `"thorough"` or `"ci"`; `max_examples` overrides it.
     - `seed`: the same seed gives the same examples and verdicts.
     - `timeout`: seconds allowed for one example before the worker is killed.
-    - `max_seq`: the longest sequence (T) drawn; raise it past a blocked kernel's block size.
+    - `max_seq`: the longest sequence (T) drawn (None: 64 for modules, 256 for kernels);
+      raise it past a blocked kernel's block size.
     - `max_heads`, `max_head_dim`, `max_width`: the largest H, D and C = H x D drawn (32, 256
       and 512). Three examples in four are narrow (H <= 8, D <= 16); the others range over all
       of it, favouring the head sizes kernels specialise on (32, 64, 80, 96, 128, 256 and their
@@ -1072,7 +1222,7 @@ def verify(
     **Returns:** a `Report`. A TARGET that cannot be loaded raises `TargetError`; bad options
     raise `UsageError`.
     """
-    props = select_properties(only, skip)
+    props = select_properties(only, skip, kernel=None)  # each family's, once the subject loads
     options = RunOptions(device=device, dtypes=None if dtypes is None else tuple(dtypes),
                          profile=profile, max_examples=max_examples, seed=seed,
                          timeout=timeout, max_seq=max_seq, max_heads=max_heads,
@@ -1090,7 +1240,7 @@ def verify(
     _save(result, report)  # now: a run killed before its first verdict leaves one that says so
     # Without a quick pass to load the twin beside, its process starts with the worker's.
     ahead = (replay is not None or options.examples <= 2 * _QUICK_EXAMPLES) and any(
-        p in TWINNED for p in props)
+        p in TWINNED or p in KERNEL_TWINNED for p in props)
     try:
         session = Session(target, options, isolate=isolate, twin_ahead=ahead)
     except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
@@ -1102,6 +1252,13 @@ def verify(
         _save(result, report)
         raise
     with session:
+        props = select_properties(only, skip, kernel=session.kernel)
+        if [p.id for p in result.properties] != props:
+            result.properties = [PropertyResult(id=p) for p in props]
+        if replay is not None and len(props) != 1:
+            raise UsageError(option="only", value=",".join(props),
+                             reason="a replay runs one example of one property: give exactly "
+                                    "one.")
         result.header = session.header()
         example = replay if isinstance(replay, Example) or replay is None else \
             session.replay_example(props[0], replay)
@@ -1126,10 +1283,10 @@ def verify(
                         break
             left = [i for i, p in enumerate(props) if result.properties[i].verdict == "not_run"]
             if quick and not (exitfirst and result.failures) and any(
-                    props[i] in TWINNED for i in left):
+                    props[i] in session.twinned for i in left):
                 # The twin loads (1.7 s of CPU) while the full passes that need none run first.
                 session._start_twin()
-                left.sort(key=lambda i: props[i] in TWINNED)
+                left.sort(key=lambda i: props[i] in session.twinned)
             for i in left:
                 prop = props[i]
                 if exitfirst and result.failures:

@@ -22,6 +22,8 @@ DEVICES = ("cpu", "cuda", "all")
 
 # B <= 4 and H <= 8 are drawn, so the (B, H, T, T) scores reach 4 * 8 * T * T elements.
 MAX_SEQ_LIMIT = 4096
+MODULE_MAX_SEQ = 64  # the longest T drawn by default: a module's cost grows with C x T
+KERNEL_MAX_SEQ = 256  # a kernel's: past 128, the tile size kernels specialise on
 
 # The (C, H) generation draws H in 1..MAX_HEADS, D in 1..MAX_HEAD_DIM, with C = H * D at most
 # MAX_WIDTH; most examples are narrow (NARROW_HEADS, NARROW_HEAD_DIM). The worker asks a
@@ -49,7 +51,8 @@ class RunOptions:
     **Arguments:** as `verify()` takes them: `device` (`"cpu"`, `"cuda"` or `"all"`),
     `dtypes` (None: what the subject claims), `profile`, `max_examples` (overrides the
     profile), `seed`, `timeout` (seconds per request to the worker), `max_seq` (the longest T
-    drawn), `max_heads`, `max_head_dim` and `max_width` (the largest H, D and C = H·D drawn, or
+    drawn; None: 64 for modules, 256 for kernels), `max_heads`, `max_head_dim` and
+    `max_width` (the largest H, D and C = H·D drawn, or
     the q and o width H·D with a head_dim of its own), `database` (False,
     True for `.hypothesis/attnspec`, or a directory) and `derandomize` (None: where the `CI`
     environment variable is set, unless a seed is given), `world_sizes` (the ranks sharded
@@ -63,7 +66,7 @@ class RunOptions:
     max_examples: int | None = None
     seed: int | None = None
     timeout: float = 30.0
-    max_seq: int = 64
+    max_seq: int | None = None  # None: MODULE_MAX_SEQ or KERNEL_MAX_SEQ, by the subject
     max_heads: int = MAX_HEADS
     max_head_dim: int = MAX_HEAD_DIM
     max_width: int = MAX_WIDTH
@@ -84,7 +87,8 @@ class RunOptions:
                 0 < self.timeout < math.inf):
             raise UsageError(option="timeout", value=self.timeout,
                              reason="must be a finite number of seconds > 0.")
-        if not _whole(self.max_seq) or not 1 <= self.max_seq <= MAX_SEQ_LIMIT:
+        if self.max_seq is not None and (
+                not _whole(self.max_seq) or not 1 <= self.max_seq <= MAX_SEQ_LIMIT):
             raise UsageError(
                 option="max_seq", value=self.max_seq,
                 reason=f"must be between 1 and {MAX_SEQ_LIMIT} (the longest T drawn): at T = "

@@ -20,6 +20,7 @@ LAYOUT = "bhsd"
 CAUSAL = "bottom_right"
 WINDOW = "pair"
 LSE = "natural"
+LSE_GRAD = True  # the LSE is torch math through autograd: a loss on it has a backward
 LSE_LAYOUT = "bhs"
 MASKED_ROWS = "zero"
 BACKWARD = True

@@ -15,6 +15,7 @@ LAYOUT = "bhsd"
 CAUSAL = "bottom_right"
 WINDOW = "pair"
 LSE = "natural"
+LSE_GRAD = True  # its LSE is plain torch math: differentiable
 LSE_LAYOUT = "bhs"
 MASKED_ROWS = "zero"
 BACKWARD = True

@@ -13,6 +13,7 @@ LAYOUT = "bshd"
 CAUSAL = "top_left"
 WINDOW = "pair_none"
 LSE = "natural"
+LSE_GRAD = True  # its LSE is plain torch math: differentiable
 LSE_LAYOUT = "bsh"
 MASKED_ROWS = "zero"
 BACKWARD = True

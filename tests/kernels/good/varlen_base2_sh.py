@@ -14,6 +14,7 @@ LAYOUT = "varlen"
 CAUSAL = "bottom_right"
 WINDOW = "left"
 LSE = "base2"
+LSE_GRAD = True  # its LSE is plain torch math: differentiable
 LSE_LAYOUT = "sh"
 MASKED_ROWS = "zero"
 BACKWARD = True

@@ -14,6 +14,7 @@ LAYOUT = "varlen"
 CAUSAL = "bottom_right"
 WINDOW = "pair"
 LSE = "natural"
+LSE_GRAD = True  # its LSE is plain torch math: differentiable
 LSE_LAYOUT = "hs"
 MASKED_ROWS = "zero"
 BACKWARD = True

@@ -1,0 +1,136 @@
+"""Hypothesis strategies for kernel examples: sizes that catch shape bugs, the call's features.
+
+By default B, H, Tq, Tk and D are pairwise distinct (so a BSHD/BHSD mix-up cannot hide behind
+equal sizes; varlen packs sequences, so there only B, H and D are kept apart), lengths favour
+block boundaries (powers of two and their neighbours, 113, 200, 1023 ...) up to max_seq, head
+dims range over 32..256 with the odd 59 and 111, and Tq < Tk as well as Tq > Tk where the
+kernel takes both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from ..properties.kernel import KernelExample, KernelProperty
+from ..reference.config import divisors
+from ..reference.conventions import KernelConventions
+from .options import NARROW_HEAD_DIM, NARROW_HEADS
+
+__all__ = ["KERNEL_HEAD_DIMS", "kernel_examples", "kernel_lengths"]
+
+# FlashAttention's test head dims (59 and 111 among them) and the sizes kernels specialise on.
+KERNEL_HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256)
+_ODD_LENGTHS = (97, 113, 200, 239, 383, 799, 1000)
+SCORE_BUDGET = 1 << 20  # B x H x Tq x Tk at most: the float64 reference holds a few of these
+NARROW_SEQ = 64  # a narrow example's longest sequence
+KERNEL_SHARE = 3  # one example in this many is wide where the bounds allow
+
+
+def kernel_lengths(max_value: int, min_value: int = 1) -> st.SearchStrategy[int]:
+    """Lengths around block boundaries, and anything in range."""
+    special = {1, 2, 3, 4, 5, *_ODD_LENGTHS}
+    power = 8
+    while power - 1 <= max_value:
+        special |= {power - 1, power, power + 1}
+        power *= 2
+    chosen = sorted(t for t in special if min_value <= t <= max_value)
+    anything = st.integers(min_value, max(min_value, max_value))
+    shortest = [t for t in (1, 2, 3) if min_value <= t <= max_value]  # one key, one query
+    options = [st.sampled_from(chosen)] if chosen else []
+    options += [st.sampled_from(shortest)] if shortest else []
+    return st.one_of(*options, anything)
+
+
+def _cuts(Tq: int, Tk: int, shift: int, left: int | None) -> st.SearchStrategy[tuple[int, ...]]:
+    """Key positions to change: the corner's and the window's edges, and anywhere."""
+    near = {0, Tk - 1, Tk // 2, shift, shift + 1, shift - 1, Tq - 1}
+    if left is not None:
+        near |= {shift - left, shift - left - 1, Tk - 1 - left}
+    spots = sorted(j for j in near if 0 <= j < Tk)
+    if not spots:
+        return st.just(())
+    one = st.one_of(st.sampled_from(spots), st.integers(0, Tk - 1))
+    return st.lists(one, min_size=1, max_size=3, unique=True).map(tuple)
+
+
+def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
+                    dtypes: Mapping[str, Sequence[str]], max_seq: int, max_heads: int,
+                    max_head_dim: int, narrow: bool = False, distinct: bool = True,
+                    ) -> st.SearchStrategy[KernelExample]:
+    """Examples for one kernel property, within the kernel's conventions and the bounds."""
+    pairs = [(dev, dt) for dev, dts in dtypes.items() for dt in dts]
+    cross, varlen = c.has("cross"), c.layout == "varlen"
+    want_masked = prop.id == "masked_rows"
+
+    @st.composite
+    def draw(draw: st.DrawFn) -> KernelExample:
+        device, dtype = draw(st.sampled_from(pairs))
+        wide = not narrow and draw(st.integers(0, KERNEL_SHARE - 1)) == 0
+        heads = max_heads if wide else min(max_heads, NARROW_HEADS)
+        dims = [d for d in KERNEL_HEAD_DIMS if d <= max_head_dim]
+        D = draw(st.one_of(st.sampled_from(dims), st.integers(1, max_head_dim))
+                 if wide and dims else st.integers(1, min(max_head_dim, NARROW_HEAD_DIM)))
+        H = draw(st.integers(1, heads))
+        if prop.id == "gqa_grouping":
+            assume(H > 1)
+        groups = [g for g in divisors(H) if g < H] if prop.id == "gqa_grouping" else (
+            divisors(H) if c.has("gqa") else [H])
+        G = draw(st.sampled_from(groups))
+        longest = max_seq if wide else min(max_seq, NARROW_SEQ)
+        # FlashInfer's window_left bounds the left side of a causal window only.
+        causal = True if prop.id in ("causality", "masked_rows") or not c.has("noncausal") or (
+            prop.id == "window" and c.window == "left") \
+            else draw(st.sampled_from((True, True, True, False)))
+        Tq = draw(kernel_lengths(longest))
+        Tk = Tq
+        if want_masked and cross:
+            if c.causal == "bottom_right":
+                assume(Tq > 1)
+                Tk = draw(st.integers(0, Tq - 1))
+            else:
+                Tk = 0
+        elif cross and draw(st.integers(0, 3)):  # and Tk = Tq, self-attention, in one of four
+            Tk = draw(kernel_lengths(longest))
+        B = draw(st.integers(max(prop.min_batch, 1), 4 if not wide else max(prop.min_batch, 2)))
+        while B * H * max(Tq, 1) * max(Tk, 1) > SCORE_BUDGET and B > prop.min_batch:
+            B -= 1
+        assume(B * H * max(Tq, 1) * max(Tk, 1) <= SCORE_BUDGET)
+        lengths = None
+        if varlen:
+            low = 0 if prop.id == "varlen" else 1
+            qs = draw(st.lists(st.integers(low, Tq), min_size=B, max_size=B))
+            ks = [n for n in qs] if not cross else draw(
+                st.lists(st.integers(min(low, Tk), Tk), min_size=B, max_size=B))
+            assume(any(qs))
+            lengths = tuple(zip(qs, ks, strict=True))
+            Tq, Tk = max(max(qs), 1), max(ks)
+        if distinct:  # Tk may equal Tq (self-attention), never B, H or D
+            sizes = [B, H, D] if varlen else [B, H, Tq, D]
+            assume(len(set(sizes)) == len(sizes) and (varlen or Tk not in (B, H, D)))
+        window = None
+        takes_window = c.window is not None and (causal or c.window != "left")
+        if takes_window and (prop.id == "window" or draw(st.integers(0, 3)) == 0):
+            left = draw(st.one_of(st.integers(0, max(0, Tk)), st.none())
+                        if prop.id != "window" else st.integers(0, max(0, Tk - 1)))
+            right: int | None = 0 if causal else draw(st.one_of(st.none(), st.integers(0, Tk)))
+            window = (left, right)
+        softcap = draw(st.sampled_from((None, None, None, 2.0, 5.0, 20.0))) if c.has(
+            "softcap") else None
+        alibi = c.has("alibi") and draw(st.integers(0, 3)) == 0
+        sinks = c.has("sinks") and not want_masked and draw(st.integers(0, 3)) == 0
+        scale = draw(st.one_of(st.none(), st.floats(0.05, 1.0))) if c.has("scale") else None
+        shift = Tk - Tq if c.causal == "bottom_right" else 0
+        cuts = draw(_cuts(Tq, Tk, shift, None if window is None else window[0])) \
+            if prop.cuts else ()
+        return KernelExample(
+            B=B, H=H, G=G, Tq=Tq, Tk=Tk, D=D, dtype=dtype, device=device,
+            seed=draw(st.integers(0, 2**31 - 1)),
+            scale=draw(st.sampled_from(prop.input_scales)) if len(prop.input_scales) > 1
+            else prop.input_scales[0],
+            causal=causal, softmax_scale=scale, window=window, softcap=softcap, alibi=alibi,
+            sinks=sinks, lengths=lengths, cuts=cuts)
+
+    return draw()
