@@ -6,7 +6,7 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor
@@ -116,6 +116,15 @@ class Unsupported(Exception):
     """A protocol v2 subject's supports(spec) declined the example's spec: no example at all."""
 
 
+class Requested(Protocol):
+    """What a request is built for: a module example or a kernel example."""
+
+    @property
+    def device(self) -> str: ...
+
+    def build(self) -> dict[str, Any]: ...
+
+
 class Context:
     """What a check uses to run the subject: one executor, with the forward calls counted."""
 
@@ -130,10 +139,10 @@ class Context:
         self._device: str | None = None  # where the module last built runs
         self._twin_of = twin  # a second process that never sees this one's inputs
         self._twin: Context | None = None
-        self._apart: tuple[Example, list[dict[str, Any]]] | None = None
+        self._apart: tuple[Requested, list[dict[str, Any]]] | None = None
         self.exports: dict[str, dict[str, Tensor]] = {}  # by build: one export per example
 
-    def request(self, ex: Example | None, steps: Sequence[dict[str, Any]], *,
+    def request(self, ex: Requested | None, steps: Sequence[dict[str, Any]], *,
                 check_layout: bool = True) -> list[Any]:
         """Build for `ex` (None: keep the module built last) and run `steps`; the results.
         Outputs must have their inputs' shape, dtype and device unless not `check_layout`
@@ -141,7 +150,7 @@ class Context:
         self.submit(ex, steps, check_layout=check_layout)
         return self.collect()
 
-    def submit(self, ex: Example | None, steps: Sequence[dict[str, Any]], *,
+    def submit(self, ex: Requested | None, steps: Sequence[dict[str, Any]], *,
                check_layout: bool = True) -> None:
         """`request`'s first half: the worker starts while the runner computes its side."""
         self.forwards += sum(1 for s in steps if s["op"] in ("forward", "grad", "kernel"))
@@ -169,7 +178,7 @@ class Context:
                 restart()
             raise SubjectFault(str(bad)) from None
 
-    def submit_apart(self, ex: Example, mine: Sequence[dict[str, Any]],
+    def submit_apart(self, ex: Requested, mine: Sequence[dict[str, Any]],
                      theirs: Sequence[dict[str, Any]]) -> None:
         """`mine` to this worker and `theirs` to its twin, each on a module built for `ex`, so
         that no process sees both: a subject that remembers what it saw (a cache keyed by a

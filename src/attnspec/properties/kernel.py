@@ -28,7 +28,7 @@ from ..reference.core import kernel_attention
 from ..reference.spec import ALiBi
 from ..runner.subject import dtype_from_name
 from . import tolerance as tol
-from .base import PASS, Context, Outcome, SubjectFault, Unsupported, _fail
+from .base import PASS, Context, Outcome, SubjectFault, Unsupported
 
 __all__ = ["KERNEL_BY_ID", "KERNEL_PROPERTIES", "KERNEL_PROPERTY_IDS", "KERNEL_TWINNED",
            "KernelExample", "KernelProperty", "run_kernel_check"]
@@ -62,10 +62,11 @@ class KernelExample:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["kind"] = "kernel"
-        for key, default in (("softmax_scale", None), ("window", None), ("softcap", None),
-                             ("alibi", False), ("sinks", False), ("lengths", None),
-                             ("cuts", ())):
-            if data[key] == default or data[key] == list(default or ()):
+        defaults: tuple[tuple[str, Any], ...] = (
+            ("softmax_scale", None), ("window", None), ("softcap", None), ("alibi", False),
+            ("sinks", False), ("lengths", None), ("cuts", ()))
+        for key, default in defaults:
+            if data[key] == default or (default == () and not data[key]):
                 del data[key]
         if self.window is not None:
             data["window"] = list(self.window)
@@ -119,7 +120,20 @@ def _gen(ex: KernelExample, salt: int) -> torch.Generator:
 
 
 def inputs(ex: KernelExample, salt: int = 0) -> tuple[Tensor, Tensor, Tensor]:
-    """q (B, H, Tq, D), k and v (B, G, Tk, D): float64 randn x scale, in the dtype."""
+    """q (B, H, Tq, D), k and v (B, G, Tk, D): float64 randn x scale, in the dtype (the same
+    tensors again for the same example and salt: checks only read them)."""
+    key = (ex, salt)
+    if key not in _INPUTS:
+        if len(_INPUTS) >= 64:
+            _INPUTS.clear()
+        _INPUTS[key] = _drawn(ex, salt)
+    return _INPUTS[key]
+
+
+_INPUTS: dict[tuple[KernelExample, int], tuple[Tensor, Tensor, Tensor]] = {}
+
+
+def _drawn(ex: KernelExample, salt: int) -> tuple[Tensor, Tensor, Tensor]:
     gen = _gen(ex, salt)
     dtype = dtype_from_name(ex.dtype)
     shapes = ((ex.B, ex.H, ex.Tq, ex.D), (ex.B, ex.G, ex.Tk, ex.D), (ex.B, ex.G, ex.Tk, ex.D))
@@ -143,12 +157,15 @@ def _lengths(ex: KernelExample) -> list[tuple[int, int]]:
 
 def reference(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
               dtype: torch.dtype = torch.float64, *, reorder: bool = False,
-              grad: Tensor | None = None) -> tuple[Tensor, Tensor, tuple[Tensor, ...] | None]:
+              grad: Tensor | None = None, grad_lse: Tensor | None = None,
+              ) -> tuple[Tensor, Tensor, tuple[Tensor, ...] | None]:
     """The core on the example's tensors in `dtype` (each varlen sequence on its own, padding
     0 and -inf): o (B, H, Tq, D), the LSE (B, H, Tq) in float64, and with `grad` (a cotangent
-    for o) dq, dk, dv. `reorder`: the scale folded into q first (another fair rounding)."""
+    for o) and or `grad_lse` (for the LSE) dq, dk, dv. `reorder`: the scale folded into q
+    first (another fair rounding)."""
     q, k, v = (t.to(dtype) for t in (q, k, v))
-    if grad is not None:
+    wants_grad = grad is not None or grad_lse is not None
+    if wants_grad:
         q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
     scale = ex.attn_scale
     a, s = slopes(ex), sink_logits(ex)
@@ -166,8 +183,11 @@ def reference(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
     o = torch.cat(outs) if outs else q.new_zeros(q.shape)
     lse = torch.cat(lses) if lses else torch.full(q.shape[:3], -math.inf, dtype=torch.float64)
     grads = None
-    if grad is not None:
-        grads = torch.autograd.grad((o * grad.to(o.dtype)).sum(), (q, k, v), allow_unused=True)
+    if wants_grad:
+        loss = (o * grad.to(o.dtype)).sum() if grad is not None else o.sum() * 0
+        if grad_lse is not None:  # rows without keys (-inf) take no part
+            loss = loss + torch.where(lse.isfinite(), lse * grad_lse.double(), 0.0).sum()
+        grads = torch.autograd.grad(loss, (q, k, v), allow_unused=True)
         grads = tuple(torch.zeros_like(t) if g is None else g.detach()
                       for g, t in zip(grads, (q, k, v), strict=True))
     return o.detach(), lse.detach(), grads
@@ -317,6 +337,11 @@ class Kernel:
 # ---- judging ---------------------------------------------------------------------------------
 
 
+def _failed(message: str, measured: float | None = None, allowed: float | None = None,
+            where: dict[str, int] | None = None) -> Outcome:
+    return Outcome("fail", message, measured, allowed, where)
+
+
 def _where(index: tuple[int, ...] | None, axes: str = "b h i d") -> dict[str, int] | None:
     if index is None:
         return None
@@ -349,12 +374,15 @@ def _judged(ex: KernelExample, corner: str, masked: str, t: Tensor) -> Tensor:
 
 def _yardstick(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
                golden: tuple[Tensor, Tensor, Any], *, grad: Tensor | None = None,
+               grad_lse: Tensor | None = None, dtype: torch.dtype | None = None,
                ) -> dict[str, float]:
-    """The larger error of two fair computations in the dtype, per output (o, lse, dq, dk, dv)."""
-    dtype = dtype_from_name(ex.dtype)
+    """The larger error of two fair computations in the dtype (or `dtype`), per output (o, lse,
+    dq, dk, dv)."""
+    dtype = dtype_from_name(ex.dtype) if dtype is None else dtype
     yard: dict[str, float] = {}
     for reorder in (False, True):
-        o, lse, grads = reference(ex, q, k, v, corner, dtype, reorder=reorder, grad=grad)
+        o, lse, grads = reference(ex, q, k, v, corner, dtype, reorder=reorder, grad=grad,
+                                  grad_lse=grad_lse)
         pairs = [("o", o, golden[0]), ("lse", lse, golden[1])]
         if grads is not None:
             pairs += list(zip(("dq", "dk", "dv"), grads, golden[2], strict=True))
@@ -365,24 +393,28 @@ def _yardstick(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
 
 
 def _finite_max(t: Tensor) -> float:
-    finite = t[t.isfinite()]
-    return float(finite.abs().max()) if finite.numel() else 0.0
+    if not t.numel():
+        return 0.0
+    return float(t.detach().abs().nan_to_num(0.0, posinf=0.0, neginf=0.0).max())
 
 
 def _judge(name: str, got: Tensor | None, want: Tensor, yard: float, ex: KernelExample,
-           K: float = tol.K, what: str = "", magnitude: float = 0.0) -> Outcome | None:
+           K: float = tol.K, what: str = "", magnitude: float = 0.0,
+           floor_dtype: str | None = None) -> Outcome | None:
     """A failure where max|got - want| exceeds K x yard + floor (None: within the rule); the
-    floor scales with the larger of want's values and `magnitude`."""
+    floor is `floor_dtype`'s (the example's dtype unless given), scaled by the larger of want's
+    values and `magnitude`."""
     if got is None:
-        return _fail(f"{what}the kernel returned no {name}")
+        return _failed(f"{what}the kernel returned no {name}")
     scale = max(_finite_max(want), magnitude)
-    allowed = K * yard + tol.floor(ex.dtype, scale)
+    allowed = K * yard + tol.floor(floor_dtype or ex.dtype, scale)
     err, index = tol.max_abs_diff(got, want)
     if err > allowed:
         axes = "b h i" if name == "lse" else "b h i d" if name in ("o", "dq") else "b g j d"
-        return _fail(f"{what}max|{name} - reference| = {err:.3g}, allowed {allowed:.3g} ({K:g} x "
-                     f"the reference's own {ex.dtype} error {yard:.3g} + floor){_at(index, axes)}",
-                     err, allowed, index if index is None else _where(index, axes))
+        return _failed(f"{what}max|{name} - reference| = {err:.3g}, allowed {allowed:.3g} ({K:g} x "
+                     f"the reference's own {floor_dtype or ex.dtype} error {yard:.3g} + floor)"
+                     f"{_at(index, axes)}",
+                     err, allowed, _where(index, axes))
     return None
 
 
@@ -392,6 +424,19 @@ def _jitter(*pairs: tuple[Tensor | None, Tensor | None]) -> float:
         if a is not None and b is not None:
             worst = max(worst, tol.max_abs_diff(a, b)[0])
     return worst
+
+
+def _own_jitter(kern: Kernel, mine: Sequence[Mapping[str, Any]]) -> float:
+    """The kernel's jitter between two identical calls, over the rows that are judged (rows it
+    leaves undefined may hold anything, which must not widen the allowance)."""
+    rows = _judgeable(kern.ex, kern.c)
+    pairs = []
+    for name in ("o", "lse"):
+        a, b = mine[0][name], mine[1][name]
+        if a is not None and b is not None:
+            mask = rows if a.dim() == 4 else rows[..., 0]
+            pairs.append((a.masked_fill(~mask, 0.0), b.masked_fill(~mask, 0.0)))
+    return _jitter(*pairs)
 
 
 def _changed(a: Tensor, b: Tensor, rows: Tensor, allowed: float) -> tuple[float, tuple[int, ...]
@@ -416,11 +461,11 @@ def check_width(kern: Kernel) -> Outcome:
     out, want = raw["out"], tuple(step["out_shape"])
     if tuple(out.shape) != want:
         layout = conv.LAYOUTS[c.layout]
-        return _fail(f"o has shape {tuple(out.shape)}; with LAYOUT = {c.layout!r} ({layout}) "
+        return _failed(f"o has shape {tuple(out.shape)}; with LAYOUT = {c.layout!r} ({layout}) "
                      f"it must be {want}, q's shape")
     lse = raw.get("lse")
     if c.lse is not None and lse is not None and tuple(lse.shape) != tuple(step["lse_shape"]):
-        return _fail(f"the LSE has shape {tuple(lse.shape)}; with LSE_LAYOUT = "
+        return _failed(f"the LSE has shape {tuple(lse.shape)}; with LSE_LAYOUT = "
                      f"{c.lse_layout!r} ({conv.LSE_LAYOUTS[c.lse_layout]}) it must be "
                      f"{tuple(step['lse_shape'])}")
     return Outcome(PASS)
@@ -430,7 +475,7 @@ def check_dtype(kern: Kernel) -> Outcome:
     q, k, v = inputs(kern.ex)
     (raw,) = kern.ctx.request(kern.ex, [kern.step(q, k, v)], check_layout=False)
     if raw["out"].dtype != q.dtype:
-        return _fail(f"o is {str(raw['out'].dtype).removeprefix('torch.')} for "
+        return _failed(f"o is {str(raw['out'].dtype).removeprefix('torch.')} for "
                      f"{kern.ex.dtype} inputs: it must be q's dtype")
     return Outcome(PASS)
 
@@ -464,7 +509,7 @@ def _unmoved(name: str, base: Tensor | None, moved: Tensor | None, rows: Tensor,
         return None
     err, index = _changed(base, moved, rows, 2 * jitter)
     if err > 2 * jitter:
-        return _fail(f"{change} moved {name} by {err:.3g} (2 x the kernel's own jitter: "
+        return _failed(f"{change} moved {name} by {err:.3g} (2 x the kernel's own jitter: "
                      f"{2 * jitter:.3g}){_at(index, axes)}", err, 2 * jitter,
                      _where(index, axes))
     return None
@@ -483,7 +528,7 @@ def check_causality(kern: Kernel) -> Outcome:
         k2, v2 = _perturbed(k, later, ex, 11), _perturbed(v, later, ex, 12)
         base, again = (kern.step(q, k, v), kern.step(q, k, v))
         mine, theirs = _apart(kern, [base, again], [kern.step(q, k2, v2)])
-        jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
+        jitter = _own_jitter(kern, mine)
         blind = (i < cut)[:, None, :, None] & _judgeable(ex, c)
         if not bool(blind.any()):
             notes.append(f"cut {cut}: no query before it")
@@ -501,29 +546,33 @@ def check_causality(kern: Kernel) -> Outcome:
 
 
 def check_batch_independence(kern: Kernel) -> Outcome:
-    """Changing batch row 0 moves no other row; changing query head 0 moves no other head."""
+    """Changing one batch row moves no other row; changing one query head's q, or one kv head's
+    k and v, moves no head that does not read it (the row and heads drawn from the seed)."""
     ex = kern.ex
     q, k, v = inputs(ex)
-    row0 = lambda t: _positions(t, 0, lambda b: b == 0)  # noqa: E731
-    head0 = lambda t: _positions(t, 1, lambda h: h == 0)  # noqa: E731
+    r, h, g = ex.seed % ex.B, (ex.seed // 7) % ex.H, (ex.seed // 11) % ex.G
+    row0 = lambda t: _positions(t, 0, lambda b: b == r)  # noqa: E731
+    head0 = lambda t: _positions(t, 1, lambda n: n == h)  # noqa: E731
+    group0 = lambda t: _positions(t, 1, lambda n: n == g)  # noqa: E731
     q_b, k_b, v_b = (_perturbed(t, row0, ex, 21 + n) for n, t in enumerate((q, k, v)))
     q_h = _perturbed(q, head0, ex, 24)
-    k_h, v_h = _perturbed(k, head0, ex, 25), _perturbed(v, head0, ex, 26)
+    k_h, v_h = _perturbed(k, group0, ex, 25), _perturbed(v, group0, ex, 26)
     mine, theirs = _apart(kern, [kern.step(q, k, v), kern.step(q, k, v)],
                           [kern.step(q_b, k_b, v_b), kern.step(q_h, k, v),
                            kern.step(q, k_h, v_h)])
-    jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
+    jitter = _own_jitter(kern, mine)
     judged = _judgeable(kern.ex, kern.c)
-    others = (torch.arange(ex.B) > 0).view(-1, 1, 1, 1).expand(ex.B, 1, ex.Tq, 1) & judged
-    heads = (torch.arange(ex.H) > 0).view(1, -1, 1, 1).expand(ex.B, ex.H, ex.Tq, 1)
-    groups = (torch.arange(ex.H) >= ex.H // ex.G).view(1, -1, 1, 1).expand(ex.B, ex.H, ex.Tq, 1)
+    per = ex.H // ex.G
+    others = (torch.arange(ex.B) != r).view(-1, 1, 1, 1).expand(ex.B, 1, ex.Tq, 1) & judged
+    heads = (torch.arange(ex.H) != h).view(1, -1, 1, 1).expand(ex.B, ex.H, ex.Tq, 1)
+    groups = (torch.arange(ex.H) // per != g).view(1, -1, 1, 1).expand(ex.B, ex.H, ex.Tq, 1)
     for name in ("o", "lse"):
         axes = "b h i d" if name == "o" else "b h i"
         for moved, rows, change in (
-                (theirs[0], others, "changing batch row 0"),
-                (theirs[1], heads & judged, "changing query head 0's q"),
-                (theirs[2], groups & judged, f"changing kv head 0's k and v (read by query "
-                                             f"heads 0..{ex.H // ex.G - 1} only)")):
+                (theirs[0], others, f"changing batch row {r}"),
+                (theirs[1], heads & judged, f"changing query head {h}'s q"),
+                (theirs[2], groups & judged, f"changing kv head {g}'s k and v (read by query "
+                                             f"heads {g * per}..{(g + 1) * per - 1} only)")):
             if rows.size(1) == 1 and mine[0][name] is not None:
                 rows = rows.expand(ex.B, ex.H, ex.Tq, 1)
             failed = _unmoved(name, mine[0][name], moved[name], rows, jitter, change, axes)
@@ -542,15 +591,19 @@ def check_determinism(kern: Kernel) -> Outcome:
         do = inputs(dataclasses.replace(ex, scale=1.0), 31)[0]
         grad = {"do": do, "dlse": None}
     first, second = kern.run([kern.step(q, k, v, grad=grad), kern.step(q, k, v, grad=grad)])
+    rows = _judgeable(ex, c)
     for name in ("o", "lse", "dq", "dk", "dv"):
         a, b = first.get(name), second.get(name)
         if a is None or b is None:
             continue
+        if name in ("o", "lse", "dq"):  # rows left undefined are not compared
+            mask = rows if a.dim() == 4 else rows[..., 0]
+            a, b = a.masked_fill(~mask, 0.0), b.masked_fill(~mask, 0.0)
         err, index = tol.max_abs_diff(a, b)
         if err > 0 or not _same_nan(a, b):
             which = ("the backward (DETERMINISTIC = True)" if name.startswith("d")
                      else "the forward")
-            return _fail(f"{which}: two identical calls gave {name} {err:.3g} apart"
+            return _failed(f"{which}: two identical calls gave {name} {err:.3g} apart"
                          f"{_at(index)}", err, 0.0, _where(index))
     return Outcome(PASS)
 
@@ -568,7 +621,7 @@ def check_input_unchanged(kern: Kernel) -> Outcome:
         if after.shape != sent.shape or not (torch.equal(after, sent) or bool(
                 ((after == sent) | (after.isnan() & sent.isnan())).all())):
             err = tol.max_abs_diff(after, sent)[0] if after.shape == sent.shape else math.inf
-            return _fail(f"attention wrote into its input {name} (it changed by up to "
+            return _failed(f"attention wrote into its input {name} (it changed by up to "
                          f"{err:.3g}): a kernel must leave q, k and v as it found them", err, 0.0)
     return Outcome(PASS)
 
@@ -579,23 +632,24 @@ def check_finite(kern: Kernel) -> Outcome:
     (got,) = kern.run([kern.step(q, k, v)])
     seen = visible_rows(ex, c.causal)
     o = got["o"]
-    bad = ~o.isfinite() & real_rows(ex)
+    bad = ~o.isfinite() & _judgeable(ex, c)
     if bool(bad.any()):
         index = tuple(int(i) for i in bad.nonzero()[0])
-        return _fail(f"o is {float(o[index]):g}{_at(index)} on finite inputs (x{ex.scale:g})")
+        return _failed(f"o is {float(o[index]):g}{_at(index)} on finite inputs (x{ex.scale:g})")
     lse = got["lse"]
     if lse is not None:
         bad_lse = ~lse.isfinite() & seen[..., 0].expand_as(lse)
         if bool(bad_lse.any()):
             index = tuple(int(i) for i in bad_lse.nonzero()[0])
-            return _fail(f"the LSE is {float(lse[index]):g}{_at(index, 'b h i')} for a query "
+            return _failed(f"the LSE is {float(lse[index]):g}{_at(index, 'b h i')} for a query "
                          "that sees keys")
     return Outcome(PASS)
 
 
 def _golden(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
-            grad: Tensor | None = None) -> tuple[Tensor, Tensor, Any]:
-    return reference(ex, q, k, v, corner, torch.float64, grad=grad)
+            grad: Tensor | None = None, grad_lse: Tensor | None = None,
+            ) -> tuple[Tensor, Tensor, Any]:
+    return reference(ex, q, k, v, corner, torch.float64, grad=grad, grad_lse=grad_lse)
 
 
 def _oracle_outcome(kern: Kernel, got: Mapping[str, Any], q: Tensor, k: Tensor, v: Tensor,
@@ -606,9 +660,17 @@ def _oracle_outcome(kern: Kernel, got: Mapping[str, Any], q: Tensor, k: Tensor, 
     failed = _judge("o", _judged(ex, c.causal, c.masked_rows, got["o"].double()),
                     _judged(ex, c.causal, c.masked_rows, golden[0]), yard["o"], ex, what=what)
     if failed is None and c.lse is not None:
+        lse_yard, lse_dtype = yard["lse"], None
+        returned = got["raw"].get("lse")
+        low = ex.dtype in ("bfloat16", "float16")
+        if low and returned is not None and returned.dtype in (torch.float32, torch.float64):
+            # A float32 LSE (as FlashAttention and FlashInfer return it) is judged as float32:
+            # the core from the same inputs with its scores in float32.
+            lse_yard = _yardstick(ex, q, k, v, c.causal, golden, dtype=torch.float32)["lse"]
+            lse_dtype = "float32"
         failed = _judge("lse", _judged(ex, c.causal, c.masked_rows, got["lse"]),
-                        _judged(ex, c.causal, c.masked_rows, golden[1]), yard["lse"], ex,
-                        what=what)
+                        _judged(ex, c.causal, c.masked_rows, golden[1]), lse_yard, ex,
+                        what=what, floor_dtype=lse_dtype)
         if failed is not None and got["lse"] is not None:
             failed.message += _lse_hint(got["lse"], golden[1], ex)
     return failed
@@ -642,6 +704,9 @@ def check_oracle_grad(kern: Kernel) -> Outcome:
     do = inputs(dataclasses.replace(ex, scale=1.0), 31)[0]
     do = do.masked_fill(~_judgeable(ex, c), 0.0)  # no gradient flows from undefined rows
     (got,) = kern.run([kern.step(q, k, v, grad={"do": do, "dlse": None})])
+    failed = _oracle_outcome(kern, got, q, k, v, what="the call differentiated: ")
+    if failed is not None:  # the o a backward starts from is judged as oracle judges o
+        return failed
     golden = _golden(ex, q, k, v, c.causal, grad=do.double())
     yard = _yardstick(ex, q, k, v, c.causal, golden, grad=do)
     # A gradient that is 0 in exact arithmetic (dk with one key) is all rounding: its floor
@@ -684,12 +749,15 @@ def check_window(kern: Kernel) -> Outcome:
         inside &= j0 < torch.tensor([lk for _, lk in _lengths(ex)])[:, None]  # a real key
         edge = torch.zeros(i.shape, dtype=torch.bool) if left is None else inside & (
             j0 == i - left)
-        spot_rows.append((j0, inside, edge))
+        right_edge = torch.zeros(i.shape, dtype=torch.bool) if right is None or ex.causal \
+            else inside & (j0 == i + right)
+        spot_rows.append((j0, inside, edge, right_edge))
     mine, theirs = _apart(kern, [kern.step(q, k, v), kern.step(q, k, v)], theirs_steps)
-    jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
+    jitter = _own_jitter(kern, mine)
     real = _judgeable(ex, c)
     edges_seen = edges_moved = 0
-    for (j0, inside, edge), moved in zip(spot_rows, theirs, strict=True):
+    right_seen = right_moved = 0
+    for (j0, inside, edge, right_edge), moved in zip(spot_rows, theirs, strict=True):
         outside = (~inside)[:, None, :, None] & real
         change = (f"changing key {j0}, outside the window {ex.window} of the queries judged "
                   f"(WINDOW = {c.window!r})")
@@ -703,10 +771,21 @@ def check_window(kern: Kernel) -> Outcome:
             edges_seen += 1
             err, _ = _changed(mine[0]["o"], moved["o"], rows, 2 * jitter)
             edges_moved += err > 2 * jitter
+        rows = right_edge[:, None, :, None] & real
+        if bool(rows.any()):
+            right_seen += 1
+            err, _ = _changed(mine[0]["o"], moved["o"], rows, 2 * jitter)
+            right_moved += err > 2 * jitter
     if edges_seen and not edges_moved:
-        return _fail(f"no query whose window's left edge is the changed key (left={left}, "
+        return _failed(f"no query whose window's left edge is the changed key (left={left}, "
                      f"inclusive: query i' sees keys i' - {left} .. i') moved: the kernel's "
                      "window is one key narrower than declared")
+    if right_seen and not right_moved:
+        return _failed(f"no query whose window's right edge is the changed key (right={right}, "
+                     "inclusive: query i' sees keys up to i' + right) moved: the kernel's window "
+                     "is one key narrower on the right than declared")
+    if not spots:
+        return Outcome(PASS, notes=["no key to change in this example"])
     return Outcome(PASS)
 
 
@@ -720,7 +799,7 @@ def check_gqa_grouping(kern: Kernel) -> Outcome:
     k2, v2 = _perturbed(k, head, ex, 71), _perturbed(v, head, ex, 72)
     mine, theirs = _apart(kern, [kern.step(q, k, v), kern.step(q, k, v)],
                           [kern.step(q, k2, v2)])
-    jitter = _jitter((mine[0]["o"], mine[1]["o"]), (mine[0]["lse"], mine[1]["lse"]))
+    jitter = _own_jitter(kern, mine)
     ours = (torch.arange(ex.H) // per == g).view(1, -1, 1, 1)
     real = real_rows(ex) & visible_rows(ex, kern.c.causal)
     others = (~ours).expand(ex.B, ex.H, ex.Tq, 1) & real
@@ -735,7 +814,7 @@ def check_gqa_grouping(kern: Kernel) -> Outcome:
         if bool(rows.any()):
             err, _ = _changed(mine[0]["o"], theirs[0]["o"], rows, 2 * jitter)
             if err <= 2 * jitter:
-                return _fail(f"{change} left query head {h}'s o unchanged: head h must read kv "
+                return _failed(f"{change} left query head {h}'s o unchanged: head h must read kv "
                              f"head h // (H / G) = {g}")
     return Outcome(PASS)
 
@@ -755,22 +834,22 @@ def check_masked_rows(kern: Kernel) -> Outcome:
     masked_o = o.masked_select(rows.expand_as(o))
     if not bool((masked_o == 0).all()):
         index = tuple(int(i) for i in ((o != 0) & rows).nonzero()[0])
-        return _fail(f"a query that sees no key (MASKED_ROWS = 'zero') gave o = "
+        return _failed(f"a query that sees no key (MASKED_ROWS = 'zero') gave o = "
                      f"{float(o[index]):g}{_at(index)}, not 0")
     lse = got["lse"]
     if lse is not None:
         masked_lse = lse.masked_select(rows[..., 0])
         if not bool((masked_lse == -math.inf).all()):
             index = tuple(int(i) for i in ((lse != -math.inf) & rows[..., 0]).nonzero()[0])
-            return _fail(f"a query that sees no key gave LSE = {float(lse[index]):g}"
+            return _failed(f"a query that sees no key gave LSE = {float(lse[index]):g}"
                          f"{_at(index, 'b h i')}, not -inf")
     for name in ("dq", "dk", "dv"):
         g = got.get(name)
         if g is not None and not bool(g.isfinite().all()):
-            return _fail(f"{name} holds NaN or inf when some queries see no key")
+            return _failed(f"{name} holds NaN or inf when some queries see no key")
     dq = got.get("dq")
     if dq is not None and not bool((dq.masked_select(rows.expand_as(dq)) == 0).all()):
-        return _fail("dq is not 0 for a query that sees no key")
+        return _failed("dq is not 0 for a query that sees no key")
     return Outcome(PASS)
 
 
@@ -828,17 +907,28 @@ def check_lse_grad(kern: Kernel) -> Outcome:
     ex = kern.ex
     q, k, v = inputs(ex)
     dlse = torch.randn(ex.B, ex.H, ex.Tq, generator=_gen(ex, 33), dtype=torch.float64).float()
+    dlse = dlse.masked_fill(~_judgeable(ex, kern.c)[..., 0].expand_as(dlse), 0.0)
     (got,) = kern.run([kern.step(q, k, v, grad={"do": None, "dlse": dlse})])
     if not got["lse_grad"]:
-        return _fail("the kernel declares LSE_GRAD = True, but its LSE does not require grad")
+        return _failed("the kernel declares LSE_GRAD = True, but its LSE does not require grad")
     dv = got["dv"]
     if dv is not None and not bool((dv == 0).all()):
         err, index = tol.max_abs_diff(dv, torch.zeros_like(dv))
-        return _fail(f"a loss on the LSE alone gave dv up to {err:.3g}{_at(index, 'b g j d')}, "
+        return _failed(f"a loss on the LSE alone gave dv up to {err:.3g}{_at(index, 'b g j d')}, "
                      "not 0: the LSE does not depend on v", err, 0.0)
-    for name in ("dq", "dk"):
-        if got[name] is not None and not bool(got[name].isfinite().all()):
-            return _fail(f"a loss on the LSE alone gave a non-finite {name}")
+    c = kern.c
+    # The kernel's LSE is in its base: a base-2 LSE is the natural one / ln 2.
+    natural = dlse / math.log(2) if c.lse == "base2" else dlse
+    golden = _golden(ex, q, k, v, c.causal, grad_lse=natural)
+    yard = _yardstick(ex, q, k, v, c.causal, golden, grad_lse=natural)
+    largest = max(_finite_max(g) for g in golden[2])
+    for name, want, t in zip(("dq", "dk"), golden[2], (q, k), strict=False):
+        gotten = torch.zeros(t.shape, dtype=torch.float64) if got[name] is None else \
+            got[name].double()
+        failed = _judge(name, gotten, want, yard[name], ex, K=K_GRAD, magnitude=largest,
+                        what="a loss on the LSE alone: ")
+        if failed is not None:
+            return failed
     return Outcome(PASS)
 
 
@@ -855,20 +945,22 @@ def check_sensitivity(kern: Kernel) -> Outcome:
     yard = _yardstick(ex, q, k, v, c.causal, golden)
     allowed = tol.K * yard["o"] + tol.floor(ex.dtype, _finite_max(golden[0]))
     rows = real_rows(ex) & visible_rows(ex, c.causal)
+    notes: list[str] = []
     for name, inputs_moved, got in (("q", (q2, k, v), moved_q), ("k", (q, k2, v), moved_k)):
         want = reference(ex, *inputs_moved, c.causal)[0]
         heads = (torch.arange(ex.H) < (1 if name == "q" else ex.H // ex.G)).view(1, -1, 1, 1)
         judged = heads & rows
         ref_move, _ = _changed(golden[0], want, judged, allowed)
-        if ref_move <= 4 * allowed:
-            continue  # the reference itself barely moves: this example says nothing
+        if ref_move <= 4 * allowed:  # the reference itself barely moves: nothing to judge
+            notes.append(f"changing {name} barely moves the reference here")
+            continue
         sub_move, _ = _changed(base["o"].double(), got["o"].double(), judged, allowed)
         if sub_move < ref_move / 2:
             # No measured/allowed: "moved too little" is no violation size to rank by.
-            return _fail(f"changing {name} (head 0) moved o by {sub_move:.3g}, where the "
+            return _failed(f"changing {name} (head 0) moved o by {sub_move:.3g}, where the "
                          f"reference moves by {ref_move:.3g} (at least half of that is "
                          f"required): the kernel does not read {name} as attention does")
-    return Outcome(PASS)
+    return Outcome(PASS, notes=notes[:1])
 
 
 def check_fresh_results(kern: Kernel) -> Outcome:

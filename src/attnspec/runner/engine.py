@@ -160,6 +160,9 @@ def select_properties(only: Iterable[str] | str | None = None,
     return props
 
 
+AnyExample = Example | KernelExample
+
+
 def _size(ex: Example | KernelExample) -> tuple[int, ...]:
     if isinstance(ex, KernelExample):
         return (ex.B * ex.H * ex.Tq * ex.Tk * ex.D, ex.Tq, ex.Tk, ex.B, ex.H, ex.D,
@@ -245,7 +248,7 @@ class _Coverage:
             value = getattr(ex, axis)
             low, high = self.ranges.get(axis, (value, value))
             self.ranges[axis] = [min(low, value), max(high, value)]
-        self.shapes.add((ex.B, ex.H, ex.Tq, ex.Tk, ex.D))  # type: ignore[arg-type]
+        self.shapes.add((ex.B, ex.H, ex.Tq, ex.Tk, ex.D))
         for key, value in (("dtype", ex.dtype), ("device", ex.device),
                            ("input_scale", f"{ex.scale:g}")):
             seen = self.counts.setdefault(key, {})
@@ -267,10 +270,10 @@ class _State:
     examples: int = 0  # examples run (a skipped one does not count)
     reached: int = 0  # of those, examples in which the subject ran a request (its answers say)
     forwards: int = 0  # forward calls they made, for forwards_per_example
-    failures: list[tuple[Example, Outcome]] = field(default_factory=list)  # every fail or error
-    last: tuple[Example, Outcome] | None = None  # the failure reported: the last Hypothesis kept
-    largest: tuple[Example, Outcome] | None = None  # the largest measured violation
-    crash: tuple[Example, SubjectCrash] | None = None  # the smallest crash or timeout
+    failures: list[tuple[AnyExample, Outcome]] = field(default_factory=list)  # fails, errors
+    last: tuple[AnyExample, Outcome] | None = None  # the failure reported: Hypothesis' last
+    largest: tuple[AnyExample, Outcome] | None = None  # the largest measured violation
+    crash: tuple[AnyExample, SubjectCrash] | None = None  # the smallest crash or timeout
     crashes: int = 0
     stop_shrinking: bool = False  # a timeout or a failed restart: smaller tries cannot help
     first_failure_at: float | None = None  # when shrinking began (its time budget)
@@ -583,7 +586,7 @@ class Session:
                           "worker_user": None if self.user is None else self.user.name},
         }
 
-    def replay_command(self, prop: str, ex: Example) -> str:
+    def replay_command(self, prop: str, ex: AnyExample) -> str:
         example = json.dumps(ex.to_json(), separators=(",", ":"))
         return (f"attnspec verify {shlex.quote(self.target)} --only {prop} "
                 f"--replay {shlex.quote(example)}")
@@ -682,9 +685,13 @@ class Session:
         return None
 
     def _result(self, prop: str, state: _State, seconds: float) -> PropertyResult:
+        notes = set(state.notes)
+        if state.declined and state.examples:  # what the pass was not earned on
+            which = "supports(case)" if self.kernel else "supports(spec)"
+            notes.add(f"{which} declined {state.declined} of the examples drawn")
         result = PropertyResult(id=prop, examples=state.examples, reached=state.reached,
                                 seconds=round(seconds, 3),
-                                notes=sorted(state.notes), drawn=state.drawn.to_json())
+                                notes=sorted(notes), drawn=state.drawn.to_json())
         if state.examples:
             result.forwards_per_example = round(state.forwards / state.examples, 2)
         if state.crash is not None:
@@ -743,8 +750,9 @@ class Session:
 
     def _unreached(self, state: _State) -> str:
         """Why a property whose examples never reached the subject has no verdict."""
-        declined = (f"supports(spec) declined all {state.declined} specs drawn"
-                    if state.declined else "")
+        which = "supports(case)" if self.kernel else "supports(spec)"
+        declined = (f"{which} declined all {state.declined} {'cases' if self.kernel else 'specs'}"
+                    " drawn" if state.declined else "")
         if not state.examples:
             return declined or ("no example could be drawn for this property within this "
                                 f"run's bounds (max_heads={self.sizes[0]}, max_head_dim="
@@ -754,7 +762,7 @@ class Session:
         return (f"none of its {state.examples} examples reached the subject: each ended before "
                 f"calling it ({why})" + (f", and {declined}" if declined else ""))
 
-    def replay_example(self, prop: str, data: Mapping[str, Any]) -> Example:
+    def replay_example(self, prop: str, data: Mapping[str, Any]) -> Example | KernelExample:
         """The example in a replay JSON, checked so that a typo is a UsageError, not a verdict."""
         def bad(why: str) -> UsageError:
             try:
@@ -943,7 +951,7 @@ class Session:
             state.last = state.failures[-1]
         return self._result(prop, state, time.perf_counter() - start)
 
-    def _one(self, prop: str, ex: Example, state: _State) -> Outcome | None:
+    def _one(self, prop: str, ex: Example | KernelExample, state: _State) -> Outcome | None:
         state.examples += 1
         counted = _Counted(self.executor)
         try:

@@ -179,9 +179,13 @@ def _build_kernel(state: Executed, case: Mapping[str, Any]) -> None:
 
 
 def _same_memory(a: Tensor, b: Tensor) -> bool:
+    """Whether two tensors' storages overlap anywhere (not only at the same start)."""
     try:
-        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and \
-            a.untyped_storage().nbytes() > 0
+        sa, sb = a.untyped_storage(), b.untyped_storage()
+        if sa.device != sb.device or not sa.nbytes() or not sb.nbytes():
+            return False
+        a0, b0 = sa.data_ptr(), sb.data_ptr()
+        return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
     except (RuntimeError, NotImplementedError):
         return False
 
@@ -224,8 +228,11 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(keywords.get("window"), list):
         keywords["window"] = tuple(keywords["window"])
     _poison([tuple(q.shape)], q.dtype, device)
+    if step.get("lse"):  # LSEs come back in float32 (float64 for float64 inputs), as libraries do
+        _poison([tuple(step["lse_shape"])], torch.float32, device)
     shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", given, strict=True))
-    what = f"attention({shapes}, {', '.join(f'{k}=...' for k in keywords)}) raised"
+    shown = ", ".join(f"{k}={_shown(v)}" for k, v in keywords.items())
+    what = f"attention({shapes}, {shown}) raised"
 
     def run() -> Any:
         with torch.set_grad_enabled(grad is not None):
@@ -254,6 +261,9 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
             if _same_memory(t, t_in):
                 raise _Fault(f"attention returned {name} in the memory of its input "
                              f"{input_name}: an output must be a tensor of its own.")
+    if lse is not None and _same_memory(out, lse):
+        raise _Fault("attention returned o and lse in the same memory: each output must be a "
+                     "tensor of its own.")
     sent: dict[str, Any] = {**_sent("attention's o", out, tensor_limit(q.numel())),
                             "lse": None if lse is None else _sendable(
                                 "attention's lse", lse, tensor_limit(q.numel())),
@@ -266,6 +276,7 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         if grad.get("dlse") is not None and lse is not None and lse.requires_grad:
             outs.append(lse)
             cotangents.append(grad["dlse"].to(device=lse.device, dtype=lse.dtype))
+        _poison([tuple(t.shape) for t in given], q.dtype, device)
         grads = _call("backward raised", lambda: vjp(outs, given, cotangents)) if outs else (
             None, None, None)
         for name, g, t in zip(("dq", "dk", "dv"), grads, given, strict=True):
@@ -373,7 +384,8 @@ def _sendable(what: str, value: Tensor, limit: int | None = None) -> Tensor:
             raise _Fault(f"{what} is a {dtype} tensor; attnspec compares floating tensors.")
         if limit is not None and value.numel() > limit:
             return torch.empty(shape, dtype=dtype, device="meta")
-        plain = value.detach().to("cpu")
+        # A copy: a view would let the subject rewrite what it returned before it is sent.
+        plain = value.detach().to("cpu", copy=True)
         if type(plain) is not Tensor:  # a subclass's methods would run in the encoder
             plain = torch.empty(shape, dtype=dtype).copy_(plain.as_subclass(Tensor))
         return plain
