@@ -47,13 +47,15 @@ def _runs(cfg: Config) -> int:
     return cfg.kernel_runs or cfg.pick(3, 1)
 
 
-def _cli_once(cfg: Config, target: str, *extra: str) -> dict[str, Any]:
+def _cli_once(cfg: Config, target: str, *extra: str,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
     """One `attnspec verify TARGET` from a shell, as a user runs it: interpreter, imports,
     the supervised worker; no database."""
     command = [sys.executable, "-m", "attnspec", "verify", target, "--profile", cfg.profile,
                "--no-database", "--seed", "0", "--device", cfg.device, "--no-progress", *extra]
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False,
+                          env=None if env is None else {**os.environ, **env})
     return {"wall": time.perf_counter() - start, "exit": done.returncode,
             "stderr_tail": done.stderr[-1500:] if done.returncode not in (0, 1) else ""}
 
@@ -65,16 +67,21 @@ def kernel_verify(cfg: Config) -> dict[str, Any]:
     """A default verify of kernel_sdpa, isolated: from the shell and through attnspec.verify()."""
     runs = _runs(cfg)
     cli: list[dict[str, Any]] = []
+    cli_one: list[dict[str, Any]] = []  # the same with one OpenMP thread in every process
     api: list[dict[str, Any]] = []
     for r in range(runs):
-        for which in _rotated(["cli", "api"], r):
+        for which in _rotated(["cli", "api", "cli_one_thread"], r):
             cfg.log(f"  kernel verify round {r + 1}/{runs}: {KERNEL_TARGET} ({which})")
             if which == "cli":
                 cli.append(_cli_once(cfg, KERNEL_TARGET))
+            elif which == "cli_one_thread":
+                cli_one.append(_cli_once(cfg, KERNEL_TARGET, env={"OMP_NUM_THREADS": "1"}))
             else:
                 api.append(_verify_once(KERNEL_TARGET, cfg))
-    bad = [c for c in cli if c["exit"] != 0]
+    bad = [c for c in cli + cli_one if c["exit"] != 0]
     cli_wall = median([c["wall"] for c in cli])
+    one_wall = median([c["wall"] for c in cli_one])
+    one_ratio = paired_ratio([c["wall"] for c in cli_one], [c["wall"] for c in cli])
     done = [a for a in api if "error" not in a]
     if not done:
         raise RuntimeError(f"verify({KERNEL_TARGET!r}) failed to load: {api[0]['error']}")
@@ -107,14 +114,23 @@ def kernel_verify(cfg: Config) -> dict[str, Any]:
               [["command line (a fresh interpreter)", f"{cli_wall:.1f}",
                 ", ".join(f"{c['wall']:.1f}" for c in cli), ""],
                ["attnspec.verify() in this process (worker isolated)", f"{api_wall:.1f}",
-                ", ".join(f"{a['wall']:.1f}" for a in done), f"{outside:.1f}"]],
+                ", ".join(f"{a['wall']:.1f}" for a in done), f"{outside:.1f}"],
+               ["command line, OMP_NUM_THREADS=1 (runner and worker on one torch thread)",
+                f"{one_wall:.1f} (ratio to the default {ratio_text(one_ratio, 2)})",
+                ", ".join(f"{c['wall']:.1f}" for c in cli_one), ""]],
               "'outside properties' is the wall less the report's per-property seconds: the "
-              "worker's start (its import of torch) and stop."),
+              "worker's start (its import of torch) and stop. The OMP_NUM_THREADS=1 row is "
+              "not what users get: it shows what torch's default thread count costs on this "
+              "machine (the worker calls the kernel with torch's default threads; the runner "
+              "judges with one)."),
         table("Seconds per property (median, the report's own timing, quick pass included)",
               ["property", "verdict", "examples", "s", "calls/example"], rows),
     ]
     data = {"command_line_s": cli_wall, "command_line_walls": [c["wall"] for c in cli],
             "command_line_exits": [c["exit"] for c in cli], "api_s": api_wall,
+            "command_line_one_thread_s": one_wall,
+            "command_line_one_thread_walls": [c["wall"] for c in cli_one],
+            "one_thread_over_default": one_ratio,
             "api_walls": [a["wall"] for a in done], "outside_properties_s": outside,
             "property_seconds": seconds, "properties": props, "ok": done[0]["ok"]}
     return {"tables": tables, "goals": goals, "data": data}
