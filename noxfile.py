@@ -34,8 +34,8 @@ def tests(session: nox.Session) -> None:
 def catalogue(session: nox.Session) -> None:
     """Every broken and correct implementation on every property, ci profile (not in CI)."""
     session.install(*CONSTRAINTS, "-e", ".[test]")
-    session.run("pytest", "tests/test_catalogue.py", *session.posargs,
-                env={"ATTNSPEC_CATALOGUE": "full"})
+    session.run("pytest", "tests/test_catalogue.py", "tests/test_kernel_catalogue.py",
+                *session.posargs, env={"ATTNSPEC_CATALOGUE": "full"})
 
 
 @nox.session

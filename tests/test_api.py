@@ -19,10 +19,11 @@ ROOT = Path(__file__).parent.parent
 PUBLIC = [
     "ALiBi", "AttentionConfig", "AttentionSpec", "AttentionWeights", "AttnspecError",
     "CausalSelfAttention", "ConfigError", "DivisibilityError", "DynamicNTK", "HeadTensor",
-    "LinearScaling", "Llama3Scaling", "PROPERTIES", "QKNorm", "Report", "Residual", "RoPE",
+    "KERNEL_PROPERTIES", "LinearScaling", "Llama3Scaling", "PROPERTIES", "QKNorm", "Report",
+    "Residual", "RoPE",
     "ShapeError", "ShapeTrace", "ShardError", "SpecAttention", "TargetError", "UsageError",
-    "YaRN", "check_shardable", "divisors", "plot_heads", "shard_positions_of", "trace",
-    "typecheck_enabled", "verify",
+    "YaRN", "check_shardable", "divisors", "kernel_attention", "plot_heads",
+    "shard_positions_of", "trace", "typecheck_enabled", "verify",
 ]
 
 
@@ -45,6 +46,17 @@ def test_builtin_subjects_are_pinned() -> None:
     assert subjects.BUILTIN == ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2",
                                 "variants", "hf_llama", "hf_mistral", "hf_bloom",
                                 "sdpa_lower_right", "reference_tp", "reference_ring")
+    assert subjects.KERNEL_BUILTIN == ("kernel_sdpa", "kernel_sdpa_lower_right", "kernel_flex",
+                                       "kernel_blockwise")
+
+
+def test_kernel_property_ids_are_pinned() -> None:
+    from attnspec.properties.kernel import KERNEL_PROPERTY_IDS
+
+    assert attnspec.KERNEL_PROPERTIES == KERNEL_PROPERTY_IDS == (
+        "width", "dtype", "causality", "batch_independence", "determinism", "input_unchanged",
+        "finite", "oracle", "oracle_grad", "window", "gqa_grouping", "masked_rows", "varlen",
+        "knobs", "lse_grad", "sensitivity", "fresh_results")
 
 
 def test_property_ids_are_designs_contract() -> None:

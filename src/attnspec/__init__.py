@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .frontends.plot import plot_heads as plot_heads
     from .reference.config import AttentionConfig as AttentionConfig
     from .reference.config import divisors as divisors
+    from .reference.core import kernel_attention as kernel_attention
     from .reference.module import AttentionWeights as AttentionWeights
     from .reference.module import CausalSelfAttention as CausalSelfAttention
     from .reference.module import HeadTensor as HeadTensor
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from .reference.trace import ShapeTrace as ShapeTrace
     from .reference.typecheck import typecheck_enabled as typecheck_enabled
     from .reference.variants import SpecAttention as SpecAttention
+    from .runner.engine import KERNEL_PROPERTIES as KERNEL_PROPERTIES
     from .runner.engine import PROPERTIES as PROPERTIES
     from .runner.engine import verify as verify
     from .runner.report import Report as Report
@@ -51,7 +53,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "trace": ".frontends.api", "AttentionConfig": ".reference.config",
     "divisors": ".reference.config",
-    "PROPERTIES": ".runner.engine", "verify": ".runner.engine", "plot_heads": ".frontends.plot",
+    "PROPERTIES": ".runner.engine", "KERNEL_PROPERTIES": ".runner.engine",
+    "kernel_attention": ".reference.core", "verify": ".runner.engine",
+    "plot_heads": ".frontends.plot",
     "AttentionWeights": ".reference.module", "CausalSelfAttention": ".reference.module",
     "HeadTensor": ".reference.module", "Residual": ".reference.module", "Report": ".runner.report",
     "ShapeTrace": ".reference.trace", "typecheck_enabled": ".reference.typecheck",

@@ -43,9 +43,9 @@ def subject_targets(config: pytest.Config) -> list[str]:
     if not chosen and os.environ.get("ATTNSPEC_SUBJECT"):
         chosen = [t.strip() for t in os.environ["ATTNSPEC_SUBJECT"].split(",") if t.strip()]
     if config.getoption("--attnspec-builtins"):
-        from ..subjects import BUILTIN, EXTRAS
+        from ..subjects import BUILTIN, EXTRAS, KERNEL_BUILTIN
 
-        chosen += [f"attnspec.subjects.{name}" for name in BUILTIN
+        chosen += [f"attnspec.subjects.{name}" for name in (*BUILTIN, *KERNEL_BUILTIN)
                    if name not in EXTRAS or importlib.util.find_spec(EXTRAS[name]) is not None]
     return chosen
 
@@ -164,6 +164,36 @@ def _full_trace(config: pytest.Config) -> bool:
     return bool(config.getoption("fulltrace", False))
 
 
+def declares_kernel(target: str) -> bool:
+    """Whether TARGET's source says PROTOCOL = "kernel" (read, not run: the subject loads in
+    its worker), so that its items are the kernel properties. A kernel that says so some other
+    way is collected with the module ids and fails with a message that names the mismatch."""
+    import ast
+    import importlib.util
+
+    from ..runner.subject import _is_path, split_target
+
+    spec, _ = split_target(target)
+    path: str | None = spec if _is_path(spec) else None
+    if path is None:
+        try:
+            found = importlib.util.find_spec(spec)
+        except (ImportError, ValueError):
+            return False
+        path = found.origin if found is not None else None
+    if path is None or not path.endswith(".py"):
+        return False
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "PROTOCOL" for t in node.targets):
+            return isinstance(node.value, ast.Constant) and node.value.value == "kernel"
+    return False
+
+
 class _Suite(pytest.File):
     """Every (subject, property) pair of this run, as test items."""
 
@@ -175,9 +205,11 @@ class _Suite(pytest.File):
 
     def collect(self) -> Iterator[pytest.Item]:
         from ..properties import PROPERTY_IDS
+        from ..properties.kernel import KERNEL_PROPERTY_IDS
 
         for target in subject_targets(self.config):
-            for prop in PROPERTY_IDS:
+            ids = KERNEL_PROPERTY_IDS if declares_kernel(target) else PROPERTY_IDS
+            for prop in ids:
                 yield _PropertyItem.from_parent(self, name=f"test_{prop}[{_short(target)}]",
                                                 target=target, prop=prop)
 
@@ -216,7 +248,13 @@ class _PropertyItem(pytest.Item):
         return session
 
     def runtest(self) -> None:
-        result = self._session().run(self.prop)
+        session = self._session()
+        if self.prop not in session.ids:
+            kind = "a kernel" if session.kernel else "a module"
+            raise _PropertyFailed(f"attnspec: {self.target} loaded as {kind}, but was collected "
+                                  "as the other kind: say PROTOCOL = \"kernel\" at the top "
+                                  "level of its file, as a constant, for the plugin to see it")
+        result = session.run(self.prop)
         self.user_properties.append((_VERDICT_KEY, {
             "target": self.target, "property": self.prop, "verdict": result.verdict,
             "message": result.message}))

@@ -330,7 +330,17 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _short_kernel(ce: dict[str, Any]) -> str:
+    text = " ".join(f"{k}={ce.get(k)}" for k in ("B", "H", "G", "Tq", "Tk", "D"))
+    for key in ("causal", "softmax_scale", "window", "softcap", "alibi", "sinks", "lengths"):
+        if key in ce and not (key == "causal" and ce[key]):
+            text += f" {key}={ce[key]}"
+    return text + f" {ce.get('dtype')} {ce.get('device')} x{ce.get('scale', 1):g}"
+
+
 def _short(ce: dict[str, Any], where: dict[str, Any] | None) -> str:
+    if ce.get("kind") == "kernel":
+        return _short_kernel(ce)
     spec = ce.get("spec") or {}
     d = spec.get("head_dim") or (ce["C"] // ce["H"] if ce.get("H") else 0)
     text = f"B={ce['B']} T={ce['T']} C={ce['C']} H={ce['H']} D={d}"

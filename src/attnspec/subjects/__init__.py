@@ -15,6 +15,16 @@
 - `reference_ring`: ring attention over torch's ring (private API) with the CPU flash kernel,
   positions sharded head-tail (v2, `shard_positions`; RoPE, no window, soft cap or ALiBi).
 
+Kernels (PROTOCOL = "kernel": attention(q, k, v, ...) -> o or (o, lse)):
+
+- `kernel_sdpa`: torch's SDPA, `is_causal` (top-left), `enable_gqa`; no LSE.
+- `kernel_sdpa_lower_right`: SDPA with `causal_lower_right` (bottom-right).
+- `kernel_flex`: `flex_attention` (eager on CPU: forward only), block mask, score_mod, LSE.
+- `kernel_blockwise`: a tiled online-softmax kernel in plain torch: every feature, knobs.
+- Adapters, skipped where their library or a GPU is absent: `flash_attn`, `flash_attn_varlen`,
+  `xformers`, `xformers_bottom_right`, `flashinfer`; `flash_style.flash_attn_style` wraps a
+  kernel of your own with `flash_attn_func`'s signature.
+
 Every protocol v2 built-in but `hf_mistral` and `hf_bloom` has inference hooks: `variants` all
 three, `hf_llama` decode (its DynamicCache) and padded, `sdpa_lower_right` all three.
 """
@@ -22,7 +32,10 @@ three, `hf_llama` decode (its DynamicCache) and padded, `sdpa_lower_right` all t
 BUILTIN = ("reference", "reference_sdpa", "torch_mha", "sdpa", "hf_gpt2", "variants",
            "hf_llama", "hf_mistral", "hf_bloom", "sdpa_lower_right", "reference_tp",
            "reference_ring")
-"""Every built-in subject, in the order reports and tables list them."""
+"""Every built-in module subject, in the order reports and tables list them."""
+
+KERNEL_BUILTIN = ("kernel_sdpa", "kernel_sdpa_lower_right", "kernel_flex", "kernel_blockwise")
+"""Every built-in kernel subject that runs on any machine (the adapters need their library)."""
 
 EXTRAS = {"hf_gpt2": "transformers", "hf_llama": "transformers", "hf_mistral": "transformers",
           "hf_bloom": "transformers"}

@@ -1,0 +1,198 @@
+"""The kernel protocol: the kernel reference against an independent formulation, declarations
+checked at load with clear messages, the command line and the plugin on kernels, replays, and
+the worker's harness (poisoned outputs, aliasing, plain tensors). Cheap: seconds each."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import attnspec
+from attnspec.reference.conventions import KernelConventions
+
+ROOT = Path(__file__).resolve().parents[1]
+BROKEN = ROOT / "tests" / "kernels" / "broken"
+GOOD = ROOT / "tests" / "kernels" / "good"
+
+
+def _sdpa_reference(q, k, v, *, causal, corner, scale, window=None):
+    """o and the LSE by torch SDPA's math with an explicit mask: another formulation."""
+    Tq, Tk = q.size(2), k.size(2)
+    i = torch.arange(Tq)[:, None] + (Tk - Tq if corner == "bottom_right" else 0)
+    j = torch.arange(Tk)[None, :]
+    keep = (j <= i) if causal else torch.ones(Tq, Tk, dtype=torch.bool)
+    if window is not None:
+        left, right = window
+        keep = keep & (j >= i - left) & (j <= i + right)
+    H, G = q.size(1), k.size(1)
+    k, v = k.repeat_interleave(H // G, 1), v.repeat_interleave(H // G, 1)
+    s = torch.einsum("bhid,bhjd->bhij", q, k) * scale
+    s = s.masked_fill(~keep, -math.inf)
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return p @ v, lse
+
+
+@pytest.mark.parametrize("corner", ["top_left", "bottom_right"])
+@pytest.mark.parametrize(("Tq", "Tk"), [(5, 9), (9, 5), (7, 7)])
+def test_the_kernel_reference_agrees_with_an_explicit_mask(corner: str, Tq: int, Tk: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 6, Tq, 11, generator=gen, dtype=torch.float64)
+    k, v = (torch.randn(2, 3, Tk, 11, generator=gen, dtype=torch.float64) for _ in range(2))
+    for window in (None, (2, 0), (1, 3)):
+        causal = window is None or window[1] == 0
+        o, lse = attnspec.kernel_attention(q, k, v, causal=causal, corner=corner, scale=0.3,
+                                           window=window)
+        want_o, want_lse = _sdpa_reference(q, k, v, causal=causal, corner=corner, scale=0.3,
+                                           window=window)
+        torch.testing.assert_close(o, want_o)
+        torch.testing.assert_close(lse, want_lse)  # -inf where a row sees no key, both
+    seen = lse.isfinite()
+    if corner == "bottom_right" and Tq > Tk:  # rows before the corner see nothing: 0 and -inf
+        assert not bool(seen.all()) and bool((o[~seen] == 0).all())
+
+
+def _kernel_file(tmp_path: Path, body: str, name: str = "k.py") -> str:
+    path = tmp_path / name
+    path.write_text("import torch\nimport torch.nn.functional as F\nPROTOCOL = 'kernel'\n"
+                    + textwrap.dedent(body))
+    return str(path)
+
+
+_PLAIN = """
+def attention(q, k, v, *, causal):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+"""
+
+
+@pytest.mark.parametrize(("declared", "says"), [
+    ("LAYOUT = 'bhds'", "LAYOUT = 'bhds': it must be one of 'bhsd'"),
+    ("CAUSAL = 'top'", "CAUSAL = 'top': it must be one of 'top_left'"),
+    ("WINDOW = (-1, -1)", "WINDOW = (-1, -1): it must be None (it takes none), or one of"),
+    ("FEATURES = ('gqa', 'paged')", "FEATURES lists 'paged': the features are gqa, scale"),
+    ("FEATURES = 'gqa'", "FEATURES = 'gqa': give a tuple of names"),
+    ("KNOBS = {'num_splits': 3}", "KNOBS['num_splits'] = 3: give a tuple of values"),
+    ("KNOBS = {'causal': (1, 2)}", "KNOBS['causal']: causal is a keyword attnspec passes"),
+    ("LSE = 'natural'\nLAYOUT = 'varlen'\nLSE_LAYOUT = 'bhs'",
+     "LSE_LAYOUT = 'bhs' with LAYOUT = 'varlen': a varlen kernel's LSE is 'hs' or 'sh'"),
+    ("BACKWARD = 'yes'", "BACKWARD = 'yes': it must be True or False"),
+    ("MASKED_ROWS = 'nan'", "MASKED_ROWS = 'nan': it must be one of 'zero'"),
+])
+def test_a_bad_declaration_fails_at_load_saying_which_and_why(
+        tmp_path: Path, declared: str, says: str) -> None:
+    path = _kernel_file(tmp_path, declared + "\n" + _PLAIN)
+    with pytest.raises(attnspec.TargetError) as error:
+        attnspec.verify(path, isolate=False, profile="smoke", database=False)
+    assert says in str(error.value), str(error.value)
+    assert path in str(error.value)  # what was being loaded
+
+
+def test_a_kernel_without_attention_or_with_module_hooks_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(attnspec.TargetError, match="has no attention"):
+        attnspec.verify(_kernel_file(tmp_path, "x = 1\n"), isolate=False, database=False)
+    with pytest.raises(attnspec.TargetError, match="defines decode, a module hook"):
+        attnspec.verify(_kernel_file(tmp_path, _PLAIN + "def decode(m, x, c, o): pass\n", "h.py"),
+                        isolate=False, database=False)
+    with pytest.raises(attnspec.TargetError, match=r"cannot be called as attention\(q, k, v"):
+        attnspec.verify(_kernel_file(tmp_path, "def attention(q, k):\n    return q\n", "a.py"),
+                        isolate=False, database=False)
+
+
+def test_the_conventions_round_trip_and_a_forged_value_is_refused() -> None:
+    from attnspec.subjects import flash_style
+
+    c = KernelConventions.of(flash_style)
+    assert KernelConventions.from_json(c.to_json()) == c
+    with pytest.raises(attnspec.ConfigError, match="unknown fields"):
+        KernelConventions.from_json({**c.to_json(), "cheat": True})
+    with pytest.raises(attnspec.ConfigError, match="LAYOUT"):
+        KernelConventions.from_json({**c.to_json(), "layout": "nope"})
+
+
+def test_module_property_ids_are_refused_for_a_kernel_with_its_own_ids() -> None:
+    with pytest.raises(attnspec.UsageError) as error:
+        attnspec.verify("attnspec.subjects.kernel_sdpa", only=["prefix"], isolate=False,
+                        database=False)
+    assert "prefix is module properties" in str(error.value) or "prefix is" in str(error.value)
+    assert "fresh_results" in str(error.value)  # the kernel's ids are listed
+    with pytest.raises(attnspec.UsageError, match="varlen are kernel properties|varlen is kernel"):
+        attnspec.verify("attnspec.subjects.reference", only=["varlen"], isolate=False,
+                        database=False)
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CI": ""}
+    return subprocess.run([sys.executable, "-m", "attnspec", "verify", *args],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_the_cli_rejects_a_broken_kernel_and_its_replay_reproduces_the_failure(
+        tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    done = _cli(str(BROKEN / "corner_bottom_right_as_top_left.py"), "--only", "causality",
+                "--profile", "ci", "--no-database", "--report", str(report))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "causality: fail:" in done.stdout and "CAUSAL = 'top_left'" in done.stdout
+    data = json.loads(report.read_text())
+    (prop,) = data["properties"]
+    assert prop["counterexample"]["kind"] == "kernel" and prop["counterexample"]["Tk"] > \
+        prop["counterexample"]["Tq"]  # keys beyond the top-left diagonal: Tk > Tq
+    replay = prop["replay"].split("--replay ", 1)[1].strip("'")
+    again = _cli(str(BROKEN / "corner_bottom_right_as_top_left.py"), "--only", "causality",
+                 "--replay", replay, "--no-database")
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "causality" in again.stdout and "fail" in again.stdout
+
+
+def test_a_bad_kernel_replay_is_a_usage_error() -> None:
+    good = {"kind": "kernel", "B": 2, "H": 4, "G": 2, "Tq": 3, "Tk": 5, "D": 8}
+    for bad, says in (({**good, "G": 3}, "G=3 must divide H=4"),
+                      ({**good, "T": 3}, "unknown field 'T'"),
+                      ({k: v for k, v in good.items() if k != "Tk"}, "missing Tk"),
+                      ({**good, "lengths": [[1, 1]]}, "lengths must be B=2 pairs")):
+        with pytest.raises(attnspec.UsageError, match=says):
+            attnspec.verify("attnspec.subjects.kernel_sdpa", only="oracle", replay=bad,
+                            isolate=False, database=False)
+    report = attnspec.verify("attnspec.subjects.kernel_sdpa", only="oracle", replay=good,
+                             isolate=False, database=False)
+    assert report.ok and report.properties[0].examples == 1
+
+
+@pytest.mark.parametrize("name", ["returns_empty", "single_key_returns_v",
+                                  "returns_tensor_subclass"])
+def test_the_harness_names_the_cheat(name: str) -> None:
+    """Poisoned memory, an output in an input's memory, a tensor subclass: each is named."""
+    replays = {"returns_empty": ("fresh_results", {"Tq": 5, "Tk": 7}, "poisoned"),
+               "single_key_returns_v": ("oracle", {"Tq": 1, "Tk": 1}, "in the memory of its "
+                                                                      "input v"),
+               "returns_tensor_subclass": ("dtype", {"Tq": 5, "Tk": 7}, "not a plain "
+                                                                         "torch.Tensor")}
+    prop, sizes, says = replays[name]
+    example = {"kind": "kernel", "B": 2, "H": 4, "G": 4, "D": 8, **sizes}
+    report = attnspec.verify(str(BROKEN / f"{name}.py"), only=prop, replay=example,
+                             isolate=False, database=False)
+    (result,) = report.properties
+    assert result.verdict in ("fail", "error") and says in result.message, result.message
+
+
+@pytest.mark.slow
+def test_the_plugin_collects_a_kernels_own_properties() -> None:
+    env = {**os.environ, "CI": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--attnspec-subject",
+         str(BROKEN / "gqa_head_modulo.py"), "--attnspec-max-examples", "10", "-k",
+         "gqa_grouping or varlen"], capture_output=True, text=True, cwd=ROOT, env=env,
+        timeout=300)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "test_gqa_grouping[" in done.stdout or "gqa_grouping" in done.stdout
+    assert "replay: attnspec verify" in done.stdout
+    assert "1 failed" in done.stdout and "skipped" in done.stdout  # varlen: not a varlen kernel
