@@ -101,11 +101,14 @@ def soak(session: nox.Session) -> None:
 def cuda(session: nox.Session) -> None:
     """CUDA conformance and benchmarks; skips without a GPU.
 
-    With a GPU (about 8 minutes): verify on CUDA for every built-in subject, the sdpa subject
-    under each SDPA backend, device_agreement and its witness, forward timings; writes
-    docs/cuda.md and docs/cuda.json. Without one it prints "no CUDA device: skipped". It uses
-    the torch that constraints.txt installs, which may be a CPU build; on a GPU machine whose
-    torch has CUDA, `python scripts/cuda_check.py` runs the same in that environment.
+    With a GPU (at most 8 minutes: steps stop at a 450 s budget): verify on CUDA for every
+    built-in subject, the sdpa subject under each SDPA backend, device_agreement and its
+    witness, the kernel subjects (kernel_sdpa under each SDPA backend, kernel_sdpa_lower_right,
+    kernel_flex, kernel_blockwise; float32, bfloat16, float16), forward timings; writes
+    docs/cuda.md and docs/cuda.json; `-- --only kernels` runs the kernel steps alone. Without
+    one it prints "no CUDA device: skipped". It uses the torch that constraints.txt installs,
+    which may be a CPU build; on a GPU machine whose torch has CUDA, `python
+    scripts/cuda_check.py` runs the same in that environment.
     """
     session.install(*CONSTRAINTS, "-e", ".[hf]", "pytest>=8")
     session.run("python", "scripts/cuda_check.py", *session.posargs)

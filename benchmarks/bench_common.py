@@ -40,6 +40,8 @@ class Config:
     """torch.set_num_threads for the forward timings (sections 1, 2); None leaves the default."""
     rejection_only: bool = False
     """Section 4 times only the goal's figure (exitfirst, once per module), not full verifies."""
+    kernel_runs: int | None = None
+    """Sections 8 and 9: verify runs per figure (None: their defaults)."""
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr,
                                                                   flush=True))
 

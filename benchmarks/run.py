@@ -11,6 +11,10 @@ Sections (docs/benchmarks.md explains each and how to read the numbers):
   scaling  5. verify time of the reference as the largest generated T grows
   sharded  6. ranks' start-up and one tp_equivalence / cp_equivalence example (CPU, gloo)
   wire     7. peak RSS of runner and worker: a normal forward, and a 512 MiB output
+  kernel_verify   8. a default `attnspec verify` of attnspec.subjects.kernel_sdpa
+  kernel_broken   9. time to reject each broken kernel in tests/kernels/broken/
+  kernel_oracle  10. one oracle check at (B, H, T, D) = (2, 8, 256, 64), in process
+  kernel_profile 11. cProfile of one default verify of kernel_sdpa: where the time goes
 
 Writes PREFIX.md (tables) and PREFIX.json (everything, with the machine); PREFIX defaults to
 benchmarks/results (benchmarks/results-cuda with --device cuda). Both are rewritten after every
@@ -46,12 +50,17 @@ SECTIONS: dict[str, str] = {
     "scaling": "5. Verify time as the largest T grows",
     "sharded": "6. Sharded examples",
     "wire": "7. The wire's memory",
+    "kernel_verify": "8. Verdict speed on a kernel (kernel_sdpa)",
+    "kernel_broken": "9. Time to reject the broken kernels",
+    "kernel_oracle": "10. One kernel oracle check",
+    "kernel_profile": "11. Where a kernel verify's time goes",
 }
 ALIASES = {str(i): name for i, name in enumerate(SECTIONS, start=1)}
 
 
 def _section(name: str) -> Callable[[Config], dict[str, Any]]:
     import bench_forward
+    import bench_kernels
     import bench_sharded
     import bench_verify
     import bench_wire
@@ -61,6 +70,10 @@ def _section(name: str) -> Callable[[Config], dict[str, Any]]:
         "verify": bench_verify.verify_speed, "broken": bench_verify.broken,
         "scaling": bench_verify.scaling, "sharded": bench_sharded.sharded,
         "wire": bench_wire.wire,
+        "kernel_verify": bench_kernels.kernel_verify,
+        "kernel_broken": bench_kernels.kernel_broken,
+        "kernel_oracle": bench_kernels.kernel_oracle,
+        "kernel_profile": bench_kernels.kernel_profile,
     }
     return functions[name]
 
@@ -77,10 +90,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                              "when torch sees no GPU)")
     parser.add_argument("--only", action="append", metavar="SECTION",
                         help="run only these sections (repeat or comma-separate): "
-                             + ", ".join(SECTIONS) + " (or 1-7)")
+                             + ", ".join(SECTIONS) + f" (or 1-{len(SECTIONS)})")
     parser.add_argument("--rejection-only", action="store_true",
                         help="section 4 (broken) times exitfirst once per module, no full "
                              "verifies: the goal's figure in a few minutes")
+    parser.add_argument("--kernel-runs", type=int, metavar="N",
+                        help="sections 8 and 9: verify runs per figure (the median of N; "
+                             "default 3 for section 8, 1 for section 9; 1 with --quick)")
     parser.add_argument("--threads", type=int, metavar="N",
                         help="torch.set_num_threads(N) for the forward timings (sections 1 and "
                              "2); by default torch's own choice is left alone and recorded")
@@ -93,7 +109,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         for item in value.split(","):
             item = ALIASES.get(item.strip(), item.strip())
             if item not in SECTIONS:
-                parser.error(f"--only {item!r}: choose from {', '.join(SECTIONS)} (or 1-7)")
+                parser.error(f"--only {item!r}: choose from {', '.join(SECTIONS)} "
+                             f"(or 1-{len(SECTIONS)})")
             if item not in chosen:
                 chosen.append(item)
     args.sections = [s for s in SECTIONS if s in chosen] if chosen else list(SECTIONS)
@@ -176,8 +193,12 @@ def _write(path: str, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.kernel_runs is not None and args.kernel_runs < 1:
+        print(f"benchmarks/run.py --kernel-runs {args.kernel_runs}: the number of verify runs "
+              "to take the median of must be at least 1", file=sys.stderr)
+        return 2
     cfg = Config(device=args.device, quick=args.quick, threads=args.threads,
-                 rejection_only=args.rejection_only)
+                 rejection_only=args.rejection_only, kernel_runs=args.kernel_runs)
     default_threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)

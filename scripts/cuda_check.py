@@ -11,9 +11,17 @@ time and its verdicts:
    float32, bfloat16 and float16;
 4. the `sdpa` subject with SDPA pinned to each backend (flash, memory-efficient, math), in
    float16 and bfloat16;
-5. forward timings per dtype: the reference (explicit path and `kernel="sdpa"` fast path)
+5. the kernel subjects (PROTOCOL = "kernel") on CUDA, a short verify each (--max-examples
+   10): `kernel_sdpa` with SDPA pinned to each backend the device has (flash, memory-efficient,
+   cuDNN; flash and cuDNN in float16 and bfloat16, efficient in float32 too), and
+   `kernel_sdpa_lower_right`, `kernel_flex` and `kernel_blockwise` in float32, bfloat16 and
+   float16 (each through a wrapper that adds float16 to its DTYPES; a pinned backend's
+   `supports` leaves out the cases it has no kernel for, and says which);
+6. forward timings per dtype: the reference (explicit path and `kernel="sdpa"` fast path)
    against bare SDPA at (B, T, C, H) = (8, 256, 768, 12) and (1, 1024, 768, 12);
-6. `benchmarks/run.py --device cuda`, sections `kernels` and `checks`.
+7. `benchmarks/run.py --device cuda`, sections `kernels` and `checks`.
+
+`--only modules,kernels,bench` runs only those groups (steps 1-4, step 5, steps 6-7).
 
 Steps that have not started when the budget (--budget, 450 s) is spent, or with under 10 s of
 it left, are skipped, and say so; a running step is stopped at the budget (Ctrl-C first, so
@@ -65,11 +73,20 @@ MAX_EXAMPLES = 30
 CUDA_DTYPES = ("float32", "bfloat16", "float16")
 HALF_DTYPES = ("float16", "bfloat16")
 BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+KERNEL_MAX_EXAMPLES = 10  # a smoke verify per kernel step: 7 steps in about 3 minutes
+KERNEL_BACKENDS = {"flash": ("FLASH_ATTENTION", HALF_DTYPES),
+                   "efficient": ("EFFICIENT_ATTENTION", CUDA_DTYPES),
+                   "cudnn": ("CUDNN_ATTENTION", HALF_DTYPES)}
+KERNEL_SUBJECTS = ("kernel_sdpa_lower_right", "kernel_flex", "kernel_blockwise")
+KERNEL_CONSTANTS = ("PROTOCOL", "LAYOUT", "CAUSAL", "WINDOW", "LSE", "LSE_GRAD", "LSE_LAYOUT",
+                    "MASKED_ROWS", "BACKWARD", "DETERMINISTIC", "FEATURES", "KNOBS")
+GROUPS = ("modules", "kernels", "bench")
 BENCH_SHAPES = ((8, 256, 768, 12), (1, 1024, 768, 12))
 BENCH_IMPLS = {"explicit": "reference, explicit", "fastpath": 'reference, kernel="sdpa"',
                "sdpa": "bare SDPA module (attnspec.subjects.sdpa)"}
 WITNESS = "tests/broken/cuda_only_offset.py"
 PROBE_MARK = "cuda_check: "
+KERNEL_MARK = "cuda_check kernel: "
 
 # The sdpa subject with SDPA pinned to one backend; `supports` leaves out the head dims for
 # which the backend has no kernel at all (that is not a conformance failure), and says which.
@@ -131,6 +148,84 @@ def supports(n_embd: int, n_head: int) -> bool:
 '''
 
 
+# A built-in kernel subject with float16 added to its DTYPES and, for kernel_sdpa, SDPA pinned
+# to one backend; a pinned backend's `supports` probes each kind of case once (dtype, head dim,
+# grouped heads, lengths, causal, backward) and leaves out those it has no kernel for.
+KERNEL_WRAPPER = '''"""attnspec.subjects.{base}, float16 too{pinned_doc} (cuda_check.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnspec.subjects import {base} as _base
+
+for _name in {constants!r}:
+    if hasattr(_base, _name):
+        globals()[_name] = getattr(_base, _name)
+DTYPES = ({dtypes})
+BACKEND = {backend}
+_PROBED: dict[tuple[Any, ...], bool] = {{}}
+
+
+def _pinned() -> Any:
+    if BACKEND is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(getattr(SDPBackend, BACKEND))
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, **kw: Any) -> Any:
+    with _pinned():
+        return _base.attention(q, k, v, **kw)
+
+
+def _runs(case: dict[str, Any]) -> bool:
+    dtype = getattr(torch, case["dtype"])
+    H, G, D = case["H"], case["G"], case["D"]
+    # A few rows, keeping what a backend may refuse: Tq vs Tk (cross), Tk = 0.
+    Tq = max(1, min(case["Tq"], 4))
+    Tk = 0 if case["Tk"] == 0 else Tq if case["Tk"] == case["Tq"] else (
+        Tq + 2 if case["Tk"] > case["Tq"] else max(1, Tq - 2))
+    gen = torch.Generator(device=case["device"]).manual_seed(0)
+    q = torch.randn(1, H, max(Tq, 1), D, device=case["device"], dtype=dtype, generator=gen)
+    k = torch.randn(1, G, Tk, D, device=case["device"], dtype=dtype, generator=gen)
+    grad = bool(getattr(_base, "BACKWARD", True))
+    q, k = q.requires_grad_(grad), k.requires_grad_(grad)
+    try:
+        with _pinned():
+            o = F.scaled_dot_product_attention(q, k, k, is_causal=case["causal"],
+                                               enable_gqa=G < H)
+            if grad:
+                o.sum().backward()
+    except RuntimeError:
+        return False
+    return True
+
+
+def supports(case: dict[str, Any]) -> bool:
+    base = getattr(_base, "supports", None)
+    if base is not None and not base(case):
+        return False
+    if BACKEND is None:
+        return True
+    kind = (case["dtype"], case["D"], case["G"] < case["H"], case["Tq"] != case["Tk"],
+            case["Tk"] == 0, case["causal"])
+    if kind not in _PROBED:
+        _PROBED[kind] = _runs(case)
+        print(f"{mark}{{BACKEND}} dtype={{kind[0]}} head_dim={{kind[1]}} gqa={{kind[2]}} "
+              f"cross={{kind[3]}} no_keys={{kind[4]}} causal={{kind[5]}} "
+              f"{{'runs' if _PROBED[kind] else 'no kernel'}}", file=sys.stderr, flush=True)
+    return _PROBED[kind]
+'''
+
+
 # ---- steps ----------------------------------------------------------------------------------
 
 
@@ -173,15 +268,71 @@ class Plan:
     dry_run: bool
     budget: float
     tmp: str
+    kernel_max_examples: int = KERNEL_MAX_EXAMPLES
+    groups: tuple[str, ...] = GROUPS
 
 
-def _verify(target: str, plan: Plan, report: str, *extra: str) -> list[str]:
+def _verify(target: str, plan: Plan, report: str, *extra: str,
+            max_examples: int | None = None) -> list[str]:
     return [sys.executable, "-m", "attnspec", "verify", target, *extra,
-            "--max-examples", str(plan.max_examples), "--no-database", "--seed", str(SEED),
-            "--no-progress", "--report", report]
+            "--max-examples", str(max_examples or plan.max_examples), "--no-database",
+            "--seed", str(SEED), "--no-progress", "--report", report]
+
+
+def _kernel_wrapper(plan: Plan, base: str, backend: str | None, dtypes: Sequence[str],
+                    name: str) -> str:
+    target = os.path.join(plan.tmp, f"{name}.py")
+    with open(target, "w") as handle:
+        handle.write(KERNEL_WRAPPER.format(
+            base=base, constants=KERNEL_CONSTANTS, backend=repr(backend), mark=KERNEL_MARK,
+            dtypes="".join(f"torch.{d}, " for d in dtypes),
+            pinned_doc="" if backend is None else f", SDPA pinned to SDPBackend.{backend}"))
+    return target
+
+
+def kernel_steps(plan: Plan) -> list[Step]:
+    """Step 5: the kernel subjects on the device, a short verify each."""
+    from torch.nn.attention import SDPBackend
+
+    steps = []
+    runs: list[tuple[str, str, str | None, tuple[str, ...], str]] = []
+    for short, (backend, dtypes) in KERNEL_BACKENDS.items():
+        wanted = tuple(d for d in dtypes if d in plan.dtypes)
+        if getattr(SDPBackend, backend, None) is None:  # an older torch: say so, do not fail
+            steps.append(Step(f"kernel sdpa {short}", f"kernel_sdpa under SDPBackend.{backend}",
+                              [], timeout=0, status="skipped",
+                              note=f"torch {torch.__version__} has no SDPBackend.{backend}"))
+            continue
+        runs.append((f"kernel sdpa {short}", "kernel_sdpa", backend, wanted,
+                     f"kernel_sdpa under sdpa_kernel(SDPBackend.{backend})"))
+    for base in KERNEL_SUBJECTS:
+        runs.append((f"kernel {base.removeprefix('kernel_')}", base, None, plan.dtypes,
+                     f"attnspec.subjects.{base} on {plan.device}"))
+    for name, base, backend, dtypes, title in runs:
+        slug = name.replace(" ", "_")
+        target = _kernel_wrapper(plan, base, backend, dtypes, slug)
+        report = f"{plan.tmp}/{slug}.json"
+        steps.append(Step(
+            name, title + f" ({', '.join(dtypes)})",
+            _verify(target, plan, report, "--device", plan.device, "--dtype", ",".join(dtypes),
+                    max_examples=plan.kernel_max_examples),
+            timeout=75, report=report))
+    return steps
 
 
 def make_steps(plan: Plan) -> list[Step]:
+    steps: list[Step] = []
+    if "modules" in plan.groups:
+        steps += module_steps(plan)
+    if "kernels" in plan.groups:
+        steps += kernel_steps(plan)
+    if "bench" in plan.groups:
+        steps += bench_steps(plan)
+    return steps
+
+
+def module_steps(plan: Plan) -> list[Step]:
+    """Steps 1-4: device_agreement, its witness, the built-in modules, the sdpa backends."""
     from attnspec.subjects import BUILTIN
 
     t = plan.tmp
@@ -214,12 +365,18 @@ def make_steps(plan: Plan) -> list[Step]:
             _verify(target, plan, report, "--device", plan.device,
                     "--dtype", ",".join(plan.half_dtypes)),
             timeout=150, report=report))
-    steps.append(Step(
+    return steps
+
+
+def bench_steps(plan: Plan) -> list[Step]:
+    """Steps 6-7: forward timings per dtype, and benchmarks/run.py's sections on the device."""
+    t = plan.tmp
+    steps = [Step(
         "bench dtypes", f"forward time on {plan.device} per dtype: reference vs bare SDPA",
         [sys.executable, os.path.abspath(__file__), "--bench-worker", f"{t}/bench_dtypes.json",
          "--device", plan.device, "--dtype", ",".join(plan.dtypes),
          "--warmup", str(plan.bench_warmup), "--runs", str(plan.bench_runs)],
-        timeout=150, kind="bench"))
+        timeout=150, kind="bench")]
     for section in ("kernels", "checks"):
         steps.append(Step(
             f"bench {section}", f"benchmarks/run.py on {plan.device}, section {section}",
@@ -265,6 +422,9 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_step(step: Step, plan: Plan, log: Callable[[str], None]) -> None:
+    if step.status == "skipped":  # decided when planned (e.g. a backend this torch lacks)
+        log(f"{step.name}: skipped, {step.note}")
+        return
     step.shown = _shown(step.argv, plan.tmp)
     left = plan.budget - (time.monotonic() - _STARTED)
     if left < MIN_STEP_S:
@@ -326,6 +486,15 @@ def _judge(step: Step, plan: Plan, timed_out: bool, out_path: str, err_path: str
         step.extra["head_dims_with_kernel"], step.extra["head_dims_without_kernel"] = runs, none
         notes.append("head_dim with a kernel: " + (_ranges(runs) or "none")
                      + ("; left out (no kernel): " + _ranges(none) if none else ""))
+    kernel_probes = [line[len(KERNEL_MARK):] for line in _tail(err_path, 200000).splitlines()
+                     if line.startswith(KERNEL_MARK)]
+    if kernel_probes:
+        declined = sorted({p.rsplit(" ", 2)[0] for p in kernel_probes if p.endswith("no kernel")})
+        step.extra["cases_probed"] = len(set(kernel_probes))
+        step.extra["cases_without_kernel"] = declined
+        notes.append(f"{len(set(kernel_probes))} kinds of case probed, {len(declined)} left "
+                     "out (no kernel)" + (": " + "; ".join(declined[:6]) if declined else "")
+                     + (f" and {len(declined) - 6} more" if len(declined) > 6 else ""))
     if step.kind == "bench":
         step.extra["bench"] = _load_json(os.path.join(plan.tmp, "bench_dtypes.json"))
     if step.kind == "runpy":
@@ -347,6 +516,8 @@ def _judge(step: Step, plan: Plan, timed_out: bool, out_path: str, err_path: str
             notes.append(f"{prop} was {got or 'not reported'}, not {wanted}")
     if step.kind == "runpy" and "section" not in step.extra:
         ok = False
+    no_kernel_at_all = (step.exit_code == 2 and step.extra.get("cases_probed")
+                        and len(step.extra["cases_without_kernel"]) == step.extra["cases_probed"])
     if timed_out:
         step.status = "timeout"
         notes.insert(0, f"stopped after {step.wall_s:.0f} s (step timeout or budget)")
@@ -354,6 +525,9 @@ def _judge(step: Step, plan: Plan, timed_out: bool, out_path: str, err_path: str
         step.status = "dry run"
         notes.insert(0, "needs CUDA: expected exit "
                         f"{step.expect} with {step.verdict[1] if step.verdict else '?'} on a GPU")
+    elif no_kernel_at_all:  # the pinned backend has no kernel here: nothing to check
+        step.status = "skipped"
+        notes.insert(0, "the backend has no kernel on this device for any case probed")
     else:
         step.status = "ok" if ok else "UNEXPECTED"
         if not ok and step.exit_code not in (0, 1):
@@ -675,6 +849,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"start no step after this many seconds ({BUDGET_S:.0f})")
     # Undocumented: the same steps on the CPU with tiny counts, written to a temporary folder.
     parser.add_argument("--dry-run", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--only", metavar="GROUPS", default=",".join(GROUPS),
+                        help="comma-separated groups of steps to run: modules (1-4), kernels "
+                             "(5), bench (6-7); default all")
     parser.add_argument("--bench-worker", metavar="OUT", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", default=",".join(CUDA_DTYPES), help=argparse.SUPPRESS)
@@ -683,6 +860,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.budget <= 0:
         parser.error("--budget must be positive")
+    args.groups = tuple(g.strip() for g in args.only.split(",") if g.strip())
+    unknown = [g for g in args.groups if g not in GROUPS]
+    if unknown or not args.groups:
+        parser.error(f"--only {args.only!r}: choose groups among {', '.join(GROUPS)} "
+                     "(comma-separated)")
     return args
 
 
@@ -702,12 +884,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         plan = Plan(device="cpu", dtypes=("float32", "bfloat16"), half_dtypes=("bfloat16",),
                     max_examples=3, bench_warmup=1, bench_runs=3,
-                    runpy_args=("--quick",), dry_run=True, budget=args.budget, tmp=tmp)
+                    runpy_args=("--quick",), dry_run=True, budget=args.budget, tmp=tmp,
+                    kernel_max_examples=3, groups=args.groups)
         out_dir = os.path.join(tmp, "docs")
     else:
         plan = Plan(device="cuda", dtypes=CUDA_DTYPES, half_dtypes=HALF_DTYPES,
                     max_examples=MAX_EXAMPLES, bench_warmup=5, bench_runs=20, runpy_args=(),
-                    dry_run=False, budget=args.budget, tmp=tmp)
+                    dry_run=False, budget=args.budget, tmp=tmp, groups=args.groups)
         out_dir = DOCS
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     steps = make_steps(plan)
