@@ -227,9 +227,9 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
             keywords[name] = step[name].to(device=device, dtype=torch.float32)
     if isinstance(keywords.get("window"), list):
         keywords["window"] = tuple(keywords["window"])
-    _poison([tuple(q.shape)], q.dtype, device)
     if step.get("lse"):  # LSEs come back in float32 (float64 for float64 inputs), as libraries do
         _poison([tuple(step["lse_shape"])], torch.float32, device)
+    _poison([tuple(q.shape)], q.dtype, device)  # last: the block torch.empty(o) finds first
     shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", given, strict=True))
     shown = ", ".join(f"{k}={_shown(v)}" for k, v in keywords.items())
     what = f"attention({shapes}, {shown}) raised"
