@@ -380,6 +380,8 @@ def _yardstick(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
     dq, dk, dv)."""
     dtype = dtype_from_name(ex.dtype) if dtype is None else dtype
     yard: dict[str, float] = {}
+    if dtype == torch.float64:  # the golden's own dtype: errors of 1e-16, far below the floor
+        return dict.fromkeys(("o", "lse", "dq", "dk", "dv"), 0.0)
     for reorder in (False, True):
         o, lse, grads = reference(ex, q, k, v, corner, dtype, reorder=reorder, grad=grad,
                                   grad_lse=grad_lse)
