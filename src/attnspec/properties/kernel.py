@@ -1000,16 +1000,20 @@ def check_fresh_results(kern: Kernel) -> Outcome:
 
 
 def _fresh_at_one_key(kern: Kernel, xs: tuple[Tensor, Tensor, Tensor]) -> Outcome:
-    """One query on one key, where the answer is v itself: a kernel that returns v (a view, the
-    same memory) instead of a tensor of its own is caught by the harness here."""
+    """One query on one key, plain (every head its own kv head, no window, cap, ALiBi or
+    sinks), where the answer is v itself: a kernel that returns v (a view, the same memory)
+    instead of a tensor of its own is caught by the harness here, whatever the example drew."""
     ex, c = kern.ex, kern.c
     lengths = None if ex.lengths is None else tuple((1, 1) for _ in ex.lengths)
-    one = dataclasses.replace(ex, Tq=1, Tk=1, lengths=lengths, cuts=())
-    q, k, v = (t[:, :, :1] for t in xs)
+    one = dataclasses.replace(ex, Tq=1, Tk=1, G=ex.H, lengths=lengths, cuts=(), window=None,
+                              softcap=None, alibi=False, sinks=False)
+    per = ex.H // ex.G
+    q = xs[0][:, :, :1]
+    k, v = (t[:, :, :1].repeat_interleave(per, dim=1) for t in xs[1:])
     small = Kernel(kern.ctx, one, c)
     try:
         (got,) = small.run([small.step(q, k, v)])
-    except Unsupported:  # supports(case) declines one key: the example's own calls stand
+    except Unsupported:  # supports(case) declines it: the example's own calls stand
         return Outcome(PASS, notes=["supports(case) declined the one-key call"])
     return _oracle_outcome(small, got, q, k, v, what="one query on one key: ") or Outcome(PASS)
 
