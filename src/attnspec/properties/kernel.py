@@ -1149,6 +1149,7 @@ def _cache_check(kern: Kernel, what: str) -> Outcome:
     (raw,) = kern.ctx.request(ex, [_cache_step(kern, q, cache)])
     failed = _cache_outcome(kern, cache, raw) if ex.new_tokens else None
     if failed is not None:
+        failed.message = what + failed.message
         return failed
     got = {"o": conv.from_layout(raw["out"], c.layout), "raw": raw,
            "lse": None if raw.get("lse") is None else conv.lse_from_layout(

@@ -22,4 +22,5 @@ DTYPES = (torch.float32, torch.float64)
 attention, attention_with_cache, supports = bind_cache(Kernel, globals())
 
 __all__ = ["BACKWARD", "CAUSAL", "DETERMINISTIC", "DTYPES", "EXPECTED", "FEATURES", "LAYOUT",
-           "LSE", "MASKED_ROWS", "PROTOCOL", "WINDOW", "attention", "attention_with_cache", "supports"]
+           "LSE", "MASKED_ROWS", "PROTOCOL", "WINDOW", "attention", "attention_with_cache",
+           "supports"]
