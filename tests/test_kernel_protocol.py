@@ -239,3 +239,19 @@ def test_the_plugin_collects_a_kernels_own_properties() -> None:
     assert "test_gqa_grouping[" in done.stdout or "gqa_grouping" in done.stdout
     assert "replay: attnspec verify" in done.stdout
     assert "1 failed" in done.stdout and "skipped" in done.stdout  # varlen: not a varlen kernel
+
+
+def test_a_cache_answer_with_a_resized_cache_or_no_lse_is_refused() -> None:
+    from attnspec.runner.answers import BadAnswer, check_results
+
+    q, cache = torch.zeros(1, 2, 1, 4), torch.zeros(1, 1, 8, 4)
+    step = {"op": "kernel_cache", "q": q, "k_cache": cache, "v_cache": cache,
+            "out_shape": [1, 2, 1, 4], "lse": True, "lse_shape": [1, 2, 1]}
+    ok = {"out": q.clone(), "device": "cpu", "lse": torch.zeros(1, 2, 1), "lse_grad": False,
+          "k_cache": cache.clone(), "v_cache": cache.clone()}
+    check_results({"kind": "ok", "results": [ok]}, [step], device="cpu")
+    for forged, says in (({**ok, "k_cache": cache[:, :, :4].clone()}, "k_cache after the call"),
+                         ({**ok, "lse": None}, "no LSE"),
+                         ({**ok, "v_cache": cache.long()}, "not a floating tensor")):
+        with pytest.raises(BadAnswer, match=says):
+            check_results({"kind": "ok", "results": [forged]}, [step], device="cpu")
