@@ -56,7 +56,7 @@ def test_kernel_property_ids_are_pinned() -> None:
     assert attnspec.KERNEL_PROPERTIES == KERNEL_PROPERTY_IDS == (
         "width", "dtype", "causality", "batch_independence", "determinism", "input_unchanged",
         "finite", "oracle", "oracle_grad", "window", "gqa_grouping", "masked_rows", "varlen",
-        "knobs", "lse_grad", "sensitivity", "fresh_results")
+        "paged", "kv_append", "knobs", "lse_grad", "sensitivity", "fresh_results")
 
 
 def test_property_ids_are_designs_contract() -> None:

@@ -32,7 +32,8 @@ GOOD = sorted(p for p in (KERNELS / "good").glob("*.py") if not p.name.startswit
 BROKEN = sorted(p for p in (KERNELS / "broken").glob("*.py") if not p.name.startswith("_"))
 PROPERTY_IDS = ("width", "dtype", "causality", "batch_independence", "determinism",
                 "input_unchanged", "finite", "oracle", "oracle_grad", "window", "gqa_grouping",
-                "masked_rows", "varlen", "knobs", "lse_grad", "sensitivity", "fresh_results")
+                "masked_rows", "varlen", "paged", "kv_append", "knobs", "lse_grad", "sensitivity",
+                "fresh_results")
 BASE: dict[str, Any] = {"B": 2, "H": 4, "G": 2, "Tq": 5, "Tk": 9, "D": 7, "dtype": torch.float32,
                         "causal": True, "window": None, "scale": None, "softcap": None,
                         "alibi": False, "sinks": False, "seqlens_q": None, "seqlens_k": None,
@@ -655,12 +656,93 @@ def fresh_results(case: Case) -> str | None:
                       "after poisoned memory")
 
 
+def cache_call(case: Case, paged: bool) -> str | None:
+    """attention_with_cache on caches of 0, 5, 3, 8 tokens (cycled over the rows) with 3 new
+    tokens and 2 queries: the caches after the call hold the new tokens (bitwise, NaN elsewhere
+    left NaN) and o is the float64 reference's at the bottom right over all their keys."""
+    module = case.module
+    call = getattr(module, "attention_with_cache", None)
+    page = getattr(module, "PAGED", None)
+    if call is None or (paged and page is None) or case.layout == "varlen":
+        return None
+    page = page if paged else None
+    lens = [(0, 5, 3, 8)[b % 4] for b in range(case.B)]
+    new, Tq = 3, 2
+    gen = torch.Generator().manual_seed(case.seed + 17)
+
+    def one(heads: int, T: int) -> Tensor:
+        x = torch.randn(heads, T, case.D, generator=gen, dtype=torch.float64) * case.mag
+        return x.to(case.dtype).to(torch.float64)
+
+    qs = [one(case.H, Tq) for _ in lens]
+    ks = [one(case.G, n + new) for n in lens]
+    vs = [one(case.G, n + new) for n in lens]
+    cap = max(lens) + new + 1
+    if page is not None:
+        cap = -(-cap // page) * page
+    table = None
+    if page is not None:
+        pages = cap // page
+        table = torch.randperm(case.B * pages + 2, generator=gen)[:case.B * pages].view(
+            case.B, pages)
+
+    def caches(parts: list[Tensor], upto: list[int]) -> Tensor:
+        """(B, G, cap, D) NaN but each row's first upto[b] tokens; paged: (N, G, page, D)."""
+        full = torch.full((case.B, case.G, cap, case.D), float("nan"), dtype=torch.float64)
+        for b, (t, n) in enumerate(zip(parts, upto, strict=True)):
+            full[b, :, :n] = t[:, :n]
+        if table is None:
+            return full
+        assert page is not None
+        phys = torch.full((case.B * pages + 2, case.G, page, case.D), float("nan"),
+                          dtype=torch.float64)
+        for b in range(case.B):
+            for m in range(pages):
+                phys[int(table[b, m])] = full[b, :, m * page:(m + 1) * page]
+        return phys
+
+    def laid(x: Tensor) -> Tensor:
+        return (x.transpose(1, 2) if case.layout == "bshd" else x).to(case.dtype).contiguous()
+
+    kc, vc = laid(caches(ks, lens)), laid(caches(vs, lens))
+    k_new = laid(torch.stack([t[:, n:] for t, n in zip(ks, lens, strict=True)]))
+    v_new = laid(torch.stack([t[:, n:] for t, n in zip(vs, lens, strict=True)]))
+    kw = {"causal": case.causal, **({"scale": case.scale} if case.scale is not None else {}),
+          **({"softcap": case.softcap} if case.softcap is not None else {})}
+    out = call(laid(torch.stack(qs)), kc, vc, cache_seqlens=torch.tensor(lens, dtype=torch.int32),
+               causal=kw.pop("causal"), block_table=None if table is None else table.int(),
+               k=k_new, v=v_new, **kw)
+    o = out[0] if module.LSE else out
+    after = [n + new for n in lens]
+    for name, got, parts in (("k_cache", kc, ks), ("v_cache", vc, vs)):
+        want = laid(caches(parts, after))
+        if not bool(((got == want) | (got.isnan() & want.isnan())).all()):
+            return f"{name} after the call is not the cache with the new tokens appended"
+    corner = Case(module, **{**fields(case), "window": None, "alibi": False, "sinks": False})
+    corner.corner = "bottom_right"
+    outs = unpack(case, o.to(torch.float64), [Tq] * case.B)
+    for b, (q, k, v) in enumerate(zip(qs, ks, vs, strict=True)):
+        bad = far(outs[b], reference(corner, q, k, v, {})[0], case.tol())
+        if bad:
+            return f"o of row {b} (cache_seqlens {lens[b]}, {new} appended): {bad}"
+    return None
+
+
+def paged(case: Case) -> str | None:
+    return cache_call(case, paged=True)
+
+
+def kv_append(case: Case) -> str | None:
+    return cache_call(case, paged=False)
+
+
 IMITATIONS: dict[str, Callable[[Case], str | None]] = {
     "width": width, "dtype": dtype, "causality": causality,
     "batch_independence": batch_independence, "determinism": determinism,
     "input_unchanged": input_unchanged, "finite": finite, "oracle": oracle,
     "oracle_grad": oracle_grad, "window": window, "gqa_grouping": gqa_grouping,
-    "masked_rows": masked_rows, "varlen": varlen, "knobs": knobs, "lse_grad": lse_grad,
+    "masked_rows": masked_rows, "varlen": varlen, "paged": paged, "kv_append": kv_append,
+    "knobs": knobs, "lse_grad": lse_grad,
     "sensitivity": sensitivity, "fresh_results": fresh_results}
 
 
@@ -793,7 +875,11 @@ def correct_twin(module: ModuleType) -> ModuleType:
     cls = common.Blockwise if isinstance(kernel, common.Blockwise) else common.Kernel
     twin = ModuleType(f"{module.__name__}_twin")
     twin.__dict__.update({k: v for k, v in vars(module).items() if k.isupper()})
-    twin.attention, twin.supports = common.bind(cls, vars(twin))
+    if hasattr(module, "attention_with_cache"):
+        twin.attention, twin.attention_with_cache, twin.supports = common.bind_cache(
+            cls, vars(twin))
+    else:
+        twin.attention, twin.supports = common.bind(cls, vars(twin))
     return twin
 
 

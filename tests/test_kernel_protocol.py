@@ -19,7 +19,8 @@ import attnspec
 from attnspec.reference.conventions import KernelConventions
 
 ROOT = Path(__file__).resolve().parents[1]
-BROKEN = ROOT / "tests" / "kernels" / "broken"
+KERNELS = ROOT / "tests" / "kernels"
+BROKEN = KERNELS / "broken"
 GOOD = ROOT / "tests" / "kernels" / "good"
 
 
@@ -73,6 +74,13 @@ def attention(q, k, v, *, causal):
 """
 
 
+_WITH_CACHE = """
+def attention_with_cache(q, k_cache, v_cache, *, cache_seqlens, causal, block_table=None,
+                         k=None, v=None):
+    return q
+"""
+
+
 @pytest.mark.parametrize(("declared", "says"), [
     ("LAYOUT = 'bhds'", "LAYOUT = 'bhds': it must be one of 'bhsd'"),
     ("CAUSAL = 'top'", "CAUSAL = 'top': it must be one of 'top_left'"),
@@ -85,6 +93,14 @@ def attention(q, k, v, *, causal):
      "LSE_LAYOUT = 'bhs' with LAYOUT = 'varlen': a varlen kernel's LSE is 'hs' or 'sh'"),
     ("BACKWARD = 'yes'", "BACKWARD = 'yes': it must be True or False"),
     ("MASKED_ROWS = 'nan'", "MASKED_ROWS = 'nan': it must be one of 'zero'"),
+    ("PAGED = 16", "PAGED = 16 without attention_with_cache: a page size means nothing"),
+    ("PAGED = 0\n" + _WITH_CACHE, "PAGED = 0: it must be None (no paged cache) or the page "
+                                   "size, an int from 1 to 4096"),
+    ("PAGED = True\n" + _WITH_CACHE, "PAGED = True: it must be None"),
+    ("attention_with_cache = 3", "attention_with_cache = 3: it must be a function"),
+    ("LAYOUT = 'varlen'\n" + _WITH_CACHE, "attention_with_cache with LAYOUT = 'varlen'"),
+    ("def attention_with_cache(q, k_cache):\n    return q\n",
+     "cannot be called as attention_with_cache(q, k_cache, v_cache, cache_seqlens=..."),
 ])
 def test_a_bad_declaration_fails_at_load_saying_which_and_why(
         tmp_path: Path, declared: str, says: str) -> None:
@@ -115,6 +131,33 @@ def test_the_conventions_round_trip_and_a_forged_value_is_refused() -> None:
         KernelConventions.from_json({**c.to_json(), "cheat": True})
     with pytest.raises(attnspec.ConfigError, match="LAYOUT"):
         KernelConventions.from_json({**c.to_json(), "layout": "nope"})
+
+
+def test_the_cache_properties_skip_saying_why_and_replay_a_cache_example() -> None:
+    report = attnspec.verify("attnspec.subjects.kernel_sdpa", only=["paged", "kv_append"],
+                             isolate=False, database=False, profile="smoke")
+    reasons = {p.id: (p.verdict, p.message) for p in report.properties}
+    assert reasons["paged"][0] == reasons["kv_append"][0] == "skip", reasons
+    assert "no attention_with_cache" in reasons["kv_append"][1], reasons
+    contiguous = KERNELS / "good" / "kv_cache_bhsd.py"
+    report = attnspec.verify(str(contiguous), only="paged", isolate=False, database=False,
+                             profile="smoke")
+    assert "PAGED = None" in report.properties[0].message, report.properties[0]
+    example = {"kind": "kernel", "B": 3, "H": 2, "G": 1, "Tq": 1, "Tk": 10, "D": 4,
+               "cache_seqlens": [0, 7, 4], "new_tokens": 3, "page_size": 4}
+    (result,) = attnspec.verify(str(BROKEN / "page_table_ignored.py"), only="paged",
+                                replay=example, isolate=False, database=False).properties
+    assert result.verdict == "fail" and "physical page" in result.message, result.message
+    (result,) = attnspec.verify(str(KERNELS / "good" / "paged_cache.py"), only="paged",
+                                replay=example, isolate=False, database=False).properties
+    assert result.verdict == "pass", result.message
+    for bad, says in (({**example, "Tk": 9},
+                       r"Tk must be max\(cache_seqlens\) \+ new_tokens"),
+                      ({**example, "cache_seqlens": [1]}, "cache_seqlens must be B=3"),
+                      ({**example, "page_size": 0}, "page_size must be")):
+        with pytest.raises(attnspec.UsageError, match=says):
+            attnspec.verify(str(KERNELS / "good" / "paged_cache.py"), only="paged",
+                            replay=bad, isolate=False, database=False)
 
 
 def test_module_property_ids_are_refused_for_a_kernel_with_its_own_ids() -> None:
@@ -196,3 +239,19 @@ def test_the_plugin_collects_a_kernels_own_properties() -> None:
     assert "test_gqa_grouping[" in done.stdout or "gqa_grouping" in done.stdout
     assert "replay: attnspec verify" in done.stdout
     assert "1 failed" in done.stdout and "skipped" in done.stdout  # varlen: not a varlen kernel
+
+
+def test_a_cache_answer_with_a_resized_cache_or_no_lse_is_refused() -> None:
+    from attnspec.runner.answers import BadAnswer, check_results
+
+    q, cache = torch.zeros(1, 2, 1, 4), torch.zeros(1, 1, 8, 4)
+    step = {"op": "kernel_cache", "q": q, "k_cache": cache, "v_cache": cache,
+            "out_shape": [1, 2, 1, 4], "lse": True, "lse_shape": [1, 2, 1]}
+    ok = {"out": q.clone(), "device": "cpu", "lse": torch.zeros(1, 2, 1), "lse_grad": False,
+          "k_cache": cache.clone(), "v_cache": cache.clone()}
+    check_results({"kind": "ok", "results": [ok]}, [step], device="cpu")
+    for forged, says in (({**ok, "k_cache": cache[:, :, :4].clone()}, "k_cache after the call"),
+                         ({**ok, "lse": None}, "no LSE"),
+                         ({**ok, "v_cache": cache.long()}, "not a floating tensor")):
+        with pytest.raises(BadAnswer, match=says):
+            check_results({"kind": "ok", "results": [forged]}, [step], device="cpu")

@@ -20,6 +20,7 @@ With a sink, such a row's softmax is all sink: o = 0 and lse = the sink's logit 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -112,6 +113,87 @@ class Kernel:
         if self.lse is None:
             return o
         return o, self.lse_out(lse)
+
+    def attention_with_cache(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, *,
+                             cache_seqlens: Tensor, causal: bool,
+                             block_table: Tensor | None = None, k: Tensor | None = None,
+                             v: Tensor | None = None, scale: float | None = None,
+                             softcap: float | None = None,
+                             **knobs: Any) -> Tensor | tuple[Tensor, Tensor]:
+        """flash_attn_with_kvcache: k and v appended in place at cache_seqlens, then q attends
+        over each row's cache_seqlens + Tnew keys, query i at cache_seqlens + Tnew - Tq + i."""
+        if self.layout == "varlen":
+            fail("calling attention_with_cache", "LAYOUT 'varlen'", "the cache is bhsd or bshd")
+        B = q.shape[0]
+        if cache_seqlens.shape != (B,):
+            fail("calling attention_with_cache", f"cache_seqlens {tuple(cache_seqlens.shape)}",
+                 f"it must be ({B},), one length per batch row")
+        if (k is None) != (v is None):
+            fail("calling attention_with_cache", "k or v alone", "append both or neither")
+        kc, vc = self.to_bhsd(k_cache), self.to_bhsd(v_cache)  # views: writes land in place
+        k_new = None if k is None else self.to_bhsd(k)
+        v_new = None if v is None else self.to_bhsd(v)
+        new = 0 if k_new is None else k_new.shape[2]
+        problem = Problem(causal=causal, scale=self.scale_of(scale, q.shape[-1]), left=None,
+                          right=None, softcap=softcap if softcap else None, alibi=None,
+                          sinks=None, knobs={**self.KNOB_DEFAULTS, **knobs})
+        dense = copy.copy(self)
+        dense.corner = self.cache_corner()
+        qs = self.to_bhsd(q)
+        outs, lses = [], []
+        with torch.no_grad():
+            for b, n in enumerate(int(t) for t in cache_seqlens.tolist()):
+                if k_new is not None and v_new is not None:
+                    self.append(kc, k_new[b], b, n, block_table)
+                    self.append(vc, v_new[b], b, n, block_table)
+                keys = self.cached(kc, k_new, b, n, new, block_table)
+                values = self.cached(vc, v_new, b, n, new, block_table)
+                o, lse = dense.core(qs[b:b + 1], keys, values, problem)
+                outs.append(o)
+                lses.append(lse)
+        o = self.output(self.from_bhsd(torch.cat(outs)), q)
+        return o if self.lse is None else (o, self.lse_out(torch.cat(lses)))
+
+    # -- the cache, in (B or pages, G, T, D) views ----------------------------------------------
+
+    def cache_corner(self) -> str:
+        """The cache call's corner: the bottom right, whatever CAUSAL declares for attention."""
+        return "bottom_right"
+
+    def physical_page(self, table: Tensor, b: int, m: Tensor) -> Tensor:
+        """The physical pages row b's logical pages m live in."""
+        return table[b].long()[m]
+
+    def slots(self, cache: Tensor, b: int, positions: Tensor, table: Tensor | None,
+              ) -> tuple[Any, Any]:
+        """(first index, slot index) of row b's logical positions in the (N, G, T, D) view."""
+        if table is None:
+            return b, positions
+        page = cache.shape[2]
+        return self.physical_page(table, b, positions // page), positions % page
+
+    def append_at(self, n: int) -> int:
+        """Where row b's new tokens start: cache_seqlens[b]."""
+        return n
+
+    def append(self, cache: Tensor, new: Tensor, b: int, n: int, table: Tensor | None) -> None:
+        """Write new (G, Tnew, D) into row b's cache at positions append_at(n) .."""
+        start = self.append_at(n)
+        positions = torch.arange(start, start + new.shape[1], device=cache.device)
+        first, slot = self.slots(cache, b, positions, table)
+        if table is None:
+            cache[b][:, slot] = new.to(cache.dtype)
+        else:
+            cache[first, :, slot] = new.transpose(0, 1).to(cache.dtype)
+
+    def cached(self, cache: Tensor, new: Tensor | None, b: int, n: int, count: int,
+               table: Tensor | None) -> Tensor:
+        """Row b's n + count keys, read back from the cache: (1, G, n + count, D)."""
+        positions = torch.arange(n + count, device=cache.device)
+        first, slot = self.slots(cache, b, positions, table)
+        if table is None:
+            return cache[b:b + 1, :, slot]
+        return cache[first, :, slot].transpose(0, 1).unsqueeze(0)
 
     # -- inputs ----------------------------------------------------------------------------------
 
@@ -399,3 +481,11 @@ def bind(cls: type[Kernel], namespace: Mapping[str, Any]) -> tuple[
                  lse_layout=namespace.get("LSE_LAYOUT"),
                  masked_rows=namespace.get("MASKED_ROWS", "zero"), knobs=namespace.get("KNOBS"))
     return kernel.attention, kernel.supports
+
+
+def bind_cache(cls: type[Kernel], namespace: Mapping[str, Any]) -> tuple[
+        Callable[..., Any], Callable[..., Any], Callable[[Mapping[str, Any]], bool]]:
+    """`attention, attention_with_cache, supports` of `cls`, configured as `bind` does."""
+    attention, supports = bind(cls, namespace)
+    kernel = attention.__self__  # type: ignore[attr-defined]
+    return attention, kernel.attention_with_cache, supports

@@ -38,6 +38,7 @@ FEATURES = {"gqa": "fewer kv heads than query heads (G < H, H % G == 0)",
             "softcap": "softcap=c: scores -> c * tanh(scores / c)",
             "alibi": "alibi_slopes (H,) float32: scores -= slope * |i' - j|",
             "sinks": "sinks (H,) float32: one more logit per head in each row's softmax"}
+_MAX_PAGE = 4096  # the largest page size attnspec draws caches for
 _KNOB_VALUES = 8  # values one knob may list: each is a full call per example
 
 
@@ -72,6 +73,8 @@ class KernelConventions:
     lse_grad: bool = False  # whether the LSE is differentiable (FA4's is; FA2's and FA3's not)
     features: tuple[str, ...] = ()
     knobs: tuple[tuple[str, tuple[Any, ...]], ...] = field(default_factory=tuple)
+    cache: bool = False  # whether it defines attention_with_cache (flash_attn_with_kvcache's)
+    paged: int | None = None  # PAGED: the page size its paged cache takes (None: not paged)
 
     def __post_init__(self) -> None:
         _choice("LAYOUT", self.layout, LAYOUTS)
@@ -104,6 +107,24 @@ class KernelConventions:
                                   f"{_KNOB_VALUES} plain values (numbers, strings, True/False, "
                                   "None) that must all give the same result.")
 
+        if not isinstance(self.cache, bool):
+            raise ConfigError(f"the conventions' cache = {self.cache!r}: it must be True or "
+                              "False (whether attention_with_cache is defined).")
+        if self.paged is not None:
+            if isinstance(self.paged, bool) or not isinstance(self.paged, int) or not (
+                    1 <= self.paged <= _MAX_PAGE):
+                raise ConfigError(f"PAGED = {self.paged!r}: it must be None (no paged cache) or "
+                                  f"the page size, an int from 1 to {_MAX_PAGE}.")
+            if not self.cache:
+                raise ConfigError(f"PAGED = {self.paged!r} without attention_with_cache: a page "
+                                  "size means nothing without the cache entry point "
+                                  "(define attention_with_cache, or drop PAGED).")
+        if self.cache and self.layout == "varlen":
+            raise ConfigError("attention_with_cache with LAYOUT = 'varlen': the cache call "
+                              "takes k_cache and v_cache in 'bhsd' or 'bshd' "
+                              "(flash_attn_with_kvcache's), so a varlen kernel cannot declare "
+                              "one.")
+
     @classmethod
     def of(cls, obj: Any) -> KernelConventions:
         """The conventions a subject module (or object) declares, defaults where it is silent."""
@@ -118,6 +139,11 @@ class KernelConventions:
         for name, values in knobs.items():
             if isinstance(values, str) or not isinstance(values, Sequence):
                 raise ConfigError(f"KNOBS[{name!r}] = {values!r}: give a tuple of values.")
+        with_cache = getattr(obj, "attention_with_cache", None)
+        if with_cache is not None and not callable(with_cache):
+            raise ConfigError(f"attention_with_cache = {with_cache!r}: it must be a function "
+                              "attention_with_cache(q, k_cache, v_cache, *, cache_seqlens, "
+                              "causal, ...), or absent.")
         return cls(layout=getattr(obj, "LAYOUT", "bhsd"), causal=getattr(obj, "CAUSAL", "top_left"),
                    window=getattr(obj, "WINDOW", None), lse=getattr(obj, "LSE", None),
                    lse_layout=getattr(obj, "LSE_LAYOUT", "hs" if getattr(
@@ -127,7 +153,8 @@ class KernelConventions:
                    deterministic=getattr(obj, "DETERMINISTIC", False),
                    lse_grad=getattr(obj, "LSE_GRAD", False),
                    features=tuple(features),
-                   knobs=tuple((k, tuple(v)) for k, v in knobs.items()))
+                   knobs=tuple((k, tuple(v)) for k, v in knobs.items()),
+                   cache=with_cache is not None, paged=getattr(obj, "PAGED", None))
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -157,7 +184,8 @@ class KernelConventions:
 
 
 _RESERVED = frozenset({"causal", "scale", "window", "softcap", "alibi_slopes", "sinks",
-                       "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"})
+                       "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
+                       "cache_seqlens", "block_table", "k", "v"})
 
 
 def to_layout(t: Tensor, layout: str) -> Tensor:

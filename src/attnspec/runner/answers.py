@@ -85,6 +85,8 @@ def call_name(step: Mapping[str, Any]) -> str:
         return "the sharded module"
     if op == "kernel":
         return "attention"
+    if op == "kernel_cache":
+        return "attention_with_cache"
     return str(op)
 
 
@@ -137,6 +139,8 @@ class _Result:
             self.tensors("params", optional=True)
         elif op == "kernel":
             self.kernel(device, layout)
+        elif op == "kernel_cache":
+            self.kernel_cache(device)
         elif op in ("refuses", "shard_refuses"):
             self.plain("raised", bool)
             self.plain("type" if op == "refuses" else "message", str,
@@ -177,6 +181,38 @@ class _Result:
         if problems:
             raise BadAnswer(f"attention returned {'; '.join(problems)} for q {tuple(q.shape)}, so "
                             "this property cannot be checked (see width and dtype).")
+
+    def kernel_cache(self, device: str | None) -> None:
+        """A cache call's o (the declared shape, q's dtype, the device), its LSE where
+        declared, and k_cache and v_cache after the call, of the shapes and dtype sent."""
+        out = self.tensor("out")
+        where = self.plain("device", str)
+        lse = self.tensor("lse", optional=True)
+        self.plain("lse_grad", bool)
+        step = self.step
+        assert out is not None
+        problems = []
+        for name in ("k_cache", "v_cache"):
+            after, sent = self.tensor(name), step[name]
+            assert after is not None
+            if tuple(after.shape) != tuple(sent.shape) or after.dtype != sent.dtype:
+                problems.append(f"{name} after the call {tuple(after.shape)} {after.dtype}, "
+                                f"not as sent {tuple(sent.shape)} {sent.dtype}")
+        q: Tensor = step["q"]
+        want = tuple(step["out_shape"])
+        if tuple(out.shape) != want or out.dtype != q.dtype:
+            problems.append(f"o {tuple(out.shape)} {out.dtype}, not {want} {q.dtype}")
+        if device is not None and where != device:
+            problems.append(f"o on {where}, not {device}")
+        if step.get("lse"):
+            if lse is None:
+                problems.append("no LSE, though the subject declares one")
+            elif tuple(lse.shape) != tuple(step["lse_shape"]):
+                problems.append(f"an LSE of shape {tuple(lse.shape)}, not "
+                                f"{tuple(step['lse_shape'])} (LSE_LAYOUT)")
+        if problems:
+            raise BadAnswer(f"attention_with_cache returned {'; '.join(problems)} for q "
+                            f"{tuple(q.shape)}, so this property cannot be checked.")
 
     def field(self, key: str) -> Any:
         if key not in self.result:

@@ -864,6 +864,38 @@ class Session:
                       f"{', '.join(self.dtypes[device])}")
         return ex
 
+    def _check_cache_replay(self, prop: str, ex: KernelExample,
+                            bad: Callable[[str], UsageError]) -> None:
+        """A cache example's fields (cache_seqlens, new_tokens, page_size), checked."""
+        cache_props = ("paged", "kv_append")
+        if ex.cache_seqlens is None:
+            if ex.new_tokens or ex.page_size is not None:
+                raise bad("new_tokens and page_size need cache_seqlens (the tokens already in "
+                          "each row's cache)")
+            if prop in cache_props:
+                raise bad(f"{prop} replays a cache example: give cache_seqlens (B lengths), "
+                          "new_tokens and, for paged, page_size")
+            return
+        if prop not in cache_props:
+            raise bad(f"cache_seqlens is for {' and '.join(cache_props)}, not {prop}")
+        lens = ex.cache_seqlens
+        if len(lens) != ex.B or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lens):
+            raise bad(f"cache_seqlens must be B={ex.B} whole numbers >= 0, got {list(lens)}")
+        new = ex.new_tokens
+        if not isinstance(new, int) or isinstance(new, bool) or new < 0:
+            raise bad(f"new_tokens must be a whole number >= 0, got {new!r}")
+        if ex.Tk != max(lens) + new:
+            raise bad(f"Tk must be max(cache_seqlens) + new_tokens = {max(lens) + new}, got "
+                      f"Tk={ex.Tk}")
+        if ex.lengths is not None or ex.window is not None or ex.alibi or ex.sinks:
+            raise bad("a cache example takes no lengths, window, alibi or sinks")
+        paged = self.conventions.paged if self.conventions is not None else None
+        want = paged if prop == "paged" else None
+        if ex.page_size != want:
+            raise bad(f"page_size must be {want!r} for {prop} (the kernel's PAGED = {paged!r}), "
+                      f"got {ex.page_size!r}")
+
     def _replay_kernel_example(self, prop: str, data: Mapping[str, Any],
                                bad: Callable[[str], UsageError]) -> KernelExample:
         """A kernel example from a replay JSON, checked field by field."""
@@ -907,6 +939,7 @@ class Session:
                       f"Tk={ex.Tk}")
         if not all(isinstance(t, int) and 0 <= t < max(ex.Tk, 1) for t in ex.cuts):
             raise bad(f"cuts must lie in 0..Tk-1, got {list(ex.cuts)}")
+        self._check_cache_replay(prop, ex, bad)
         if ex.device not in self.dtypes:
             raise bad(f"device {ex.device!r} is not available here; this run has "
                       f"{', '.join(self.devices)}")

@@ -110,6 +110,10 @@ def answer_limit(request: Mapping[str, Any], n_embd: int) -> int:
         elif op == "kernel":  # o and the LSE, dq, dk, dv, and q, k, v as they were left
             n = sum(step[t].numel() for t in "qkv" if isinstance(step.get(t), Tensor))
             elements += 3 * tensor_limit(n)
+        elif op == "kernel_cache":  # o and the LSE, and both caches after the call
+            n = sum(step[t].numel() for t in ("q", "k_cache", "v_cache")
+                    if isinstance(step.get(t), Tensor))
+            elements += 3 * tensor_limit(n)
     return _HEADER + _ITEM * elements
 
 
@@ -285,6 +289,66 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     if step.get("inputs_after"):
         sent["inputs"] = {n: _sendable(f"{n} after the call", t, tensor_limit(t.numel()))
                           for n, t in zip("qkv", given, strict=True)}
+    return sent
+
+
+def _kernel_cache(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    """One call of attention_with_cache(q, k_cache, v_cache, cache_seqlens=..., causal=...,
+    block_table=..., k=..., v=...): o (and the LSE), and both caches as the call left them
+    (the append is in place)."""
+    device = state.device
+    call = state.subject.cache_attention
+    if call is None:
+        raise RuntimeError("a cache step for a kernel without attention_with_cache")
+    q, k_cache, v_cache = (step[t].to(device) for t in ("q", "k_cache", "v_cache"))
+    keywords = dict(step.get("keywords", {}))
+    keywords["cache_seqlens"] = torch.tensor(step["cache_seqlens"], dtype=torch.int32,
+                                             device=device)
+    if step.get("block_table") is not None:
+        keywords["block_table"] = torch.tensor(step["block_table"], dtype=torch.int32,
+                                               device=device).reshape(
+            len(step["cache_seqlens"]), -1)
+    given = {"q": q, "k_cache": k_cache, "v_cache": v_cache}
+    for name in ("k", "v"):
+        if step.get(name) is not None:
+            keywords[name] = given[name] = step[name].to(device)
+    if step.get("lse"):
+        _poison([tuple(step["lse_shape"])], torch.float32, device)
+    _poison([tuple(q.shape)], q.dtype, device)
+    shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in given.items())
+    shown = ", ".join(f"{k}={_shown(v)}" for k, v in keywords.items()
+                      if k not in ("k", "v"))
+    what = f"attention_with_cache({shapes}, {shown}) raised"
+    result = _call(what, lambda: call(q, k_cache, v_cache, **keywords))
+    if step.get("lse"):
+        if not (isinstance(result, tuple | list) and len(result) == 2):
+            raise _Fault(f"attention_with_cache returned {type(result).__name__}, not (o, lse): "
+                         "the subject declares LSE, so it returns both.")
+        out, lse = result
+    else:
+        if isinstance(result, tuple | list):
+            raise _Fault(f"attention_with_cache returned a {type(result).__name__} of "
+                         f"{len(result)}, not o alone: the subject declares no LSE.")
+        out, lse = result, None
+    for name, t in (("o", out), ("lse", lse)):
+        if t is None:
+            continue
+        if type(t) is not Tensor:
+            raise _Fault(f"attention_with_cache returned {name} of type "
+                         f"{type(t).__module__}.{type(t).__qualname__}, not a plain "
+                         "torch.Tensor.")
+        for input_name, t_in in given.items():
+            if _same_memory(t, t_in):
+                raise _Fault(f"attention_with_cache returned {name} in the memory of its "
+                             f"input {input_name}: an output must be a tensor of its own.")
+    limit = tensor_limit(q.numel())
+    sent: dict[str, Any] = {**_sent("attention_with_cache's o", out, limit),
+                            "lse": None if lse is None else _sendable(
+                                "attention_with_cache's lse", lse, limit),
+                            "lse_grad": False}
+    for name in ("k_cache", "v_cache"):
+        sent[name] = _sendable(f"{name} after the call", given[name],
+                               tensor_limit(given[name].numel()))
     return sent
 
 
@@ -582,6 +646,8 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         return {"raised": False, "type": type(built).__name__}
     if op == "kernel":
         return _kernel(state, step)
+    if op == "kernel_cache":
+        return _kernel_cache(state, step)
     module = state.module
     if module is None:
         raise RuntimeError(f"step {op!r} before any build")

@@ -63,12 +63,63 @@ def _cuts(Tq: int, Tk: int, shift: int, window: tuple[int | None, int | None] | 
     return st.lists(one, min_size=1, max_size=3, unique=True).map(tuple)
 
 
+def _cache_lengths(longest: int, page: int | None) -> st.SearchStrategy[int]:
+    """Tokens already in a row's cache: 0, page edges (one less, at, one more; two pages), and
+    anything up to `longest`."""
+    edges = {0, 1}
+    if page is not None:
+        edges |= {page - 1, page, page + 1, 2 * page - 1, 2 * page, 2 * page + 1}
+    chosen = sorted(n for n in edges if 0 <= n <= longest)
+    return st.one_of(st.sampled_from(chosen), st.integers(0, longest))
+
+
+def _cache_examples(prop: KernelProperty, c: KernelConventions, pairs: list[tuple[str, str]],
+                    *, longest: int, max_heads: int, max_head_dim: int, distinct: bool,
+                    ) -> st.SearchStrategy[KernelExample]:
+    """Examples for paged and kv_append: cache_seqlens differing per row (some 0, some at a
+    page's edge), tokens appended (kv_append always; paged often, 0 too), 1 query (decoding)
+    or a few."""
+    page = c.paged if prop.id == "paged" else None
+
+    @st.composite
+    def draw(draw: st.DrawFn) -> KernelExample:
+        device, dtype = draw(st.sampled_from(pairs))
+        H = draw(st.integers(1, min(max_heads, NARROW_HEADS)))
+        G = draw(st.sampled_from(divisors(H) if c.has("gqa") else [H]))
+        D = draw(st.integers(1, min(max_head_dim, NARROW_HEAD_DIM)))
+        B = draw(st.integers(1, 4))
+        new = draw(st.integers(1 if prop.id == "kv_append" else 0, max(1, min(longest, 17))))
+        lens = tuple(draw(st.lists(_cache_lengths(max(0, longest - new), page), min_size=B,
+                                   max_size=B)))
+        Tq = draw(st.one_of(st.just(1), st.integers(1, max(new, 1))))
+        Tk = max(lens) + new
+        if distinct:  # a (B, T, G, D) read as (B, G, T, D) must not fit by chance
+            assume(len({B, H, D}) == 3)
+        assume(B * H * Tq * max(Tk, 1) <= SCORE_BUDGET)
+        causal = True if not c.has("noncausal") else draw(st.sampled_from((True, True, False)))
+        softcap = draw(st.sampled_from((None, None, None, 5.0))) if c.has("softcap") else None
+        scale = draw(st.one_of(st.none(), st.floats(0.25, 2.0).map(
+            lambda f: f / D ** 0.5))) if c.has("scale") else None
+        return KernelExample(
+            B=B, H=H, G=G, Tq=Tq, Tk=Tk, D=D, dtype=dtype, device=device,
+            seed=draw(st.integers(0, 2**31 - 1)),
+            scale=draw(st.sampled_from(prop.input_scales)), causal=causal,
+            softmax_scale=scale, softcap=softcap, cache_seqlens=lens, new_tokens=new,
+            page_size=page)
+
+    return draw()
+
+
 def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
                     dtypes: Mapping[str, Sequence[str]], max_seq: int, max_heads: int,
                     max_head_dim: int, narrow: bool = False, distinct: bool = True,
                     ) -> st.SearchStrategy[KernelExample]:
     """Examples for one kernel property, within the kernel's conventions and the bounds."""
     pairs = [(dev, dt) for dev, dts in dtypes.items() for dt in dts]
+    if prop.id in ("paged", "kv_append"):
+        return _cache_examples(prop, c, pairs, longest=min(max_seq, NARROW_SEQ) if narrow
+                               else max_seq, max_heads=max_heads, max_head_dim=max_head_dim,
+                               distinct=distinct)
     cross, varlen = c.has("cross"), c.layout == "varlen"
     want_masked = prop.id == "masked_rows"
 

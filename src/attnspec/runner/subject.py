@@ -69,6 +69,7 @@ class Subject:
     padding_values: str = "any"  # v2: PADDING_VALUES, "finite" where NaN/inf padding may leak
     world_sizes: tuple[int, ...] = (2, 4)  # v2: WORLD_SIZES, the ranks its sharding hooks take
     cp_layout: str = "head_tail"  # v2: CP_LAYOUT, which positions shard_positions' ranks hold
+    cache_attention: Callable[..., Any] | None = None  # a kernel's attention_with_cache
 
 
 HOOKS = ("decode", "padded", "cross", "shifted", "decode_padded", "shard_heads",
@@ -370,10 +371,22 @@ def _load_kernel(obj: Any, target: str, origin: str) -> Subject:
         if getattr(obj, stray, None) is not None:
             raise TargetError(f"TARGET {target!r} is a kernel (PROTOCOL = \"kernel\") and "
                               f"defines {stray}, a module hook: a kernel takes q, k, v only.")
+    with_cache = getattr(obj, "attention_with_cache", None)
+    if with_cache is not None:
+        try:
+            inspect.signature(with_cache).bind(None, None, None, cache_seqlens=None, causal=True)
+        except TypeError:
+            raise TargetError(f"TARGET {target!r}: attention_with_cache"
+                              f"{inspect.signature(with_cache)} cannot be called as "
+                              "attention_with_cache(q, k_cache, v_cache, cache_seqlens=..., "
+                              "causal=True).") from None
+        except ValueError:
+            pass
     name = getattr(obj, "__name__", None) or type(obj).__name__
     return Subject(target=target, name=str(name), build=attention, export_weights=None,
                    supports=_optional(obj, "supports", target), dtypes=_dtypes(obj, target),
-                   origin=str(origin), protocol="kernel", kernel=conventions.to_json())
+                   origin=str(origin), protocol="kernel", kernel=conventions.to_json(),
+                   cache_attention=with_cache)
 
 
 def load_subject(target: str) -> Subject:

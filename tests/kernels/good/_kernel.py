@@ -28,4 +28,5 @@ Blockwise = common.Blockwise
 Kernel = common.Kernel
 Problem = common.Problem
 bind = common.bind
+bind_cache = common.bind_cache
 fail = common.fail
