@@ -19,7 +19,8 @@ import torch
 
 STANDINS = Path(__file__).parent / "kernels" / "standins"
 LIBRARIES = ("flash_attn", "xformers", "flashinfer", "_standin_dense")
-ADAPTERS = ("flash_attn", "flash_attn_varlen", "xformers", "xformers_bottom_right", "flashinfer")
+ADAPTERS = ("flash_attn", "flash_attn_varlen", "flash_attn_kvcache", "xformers",
+            "xformers_bottom_right", "flashinfer")
 BUILTINS = ("kernel_sdpa", "kernel_sdpa_lower_right", "kernel_flex", "kernel_blockwise")
 
 # (B, H, G, Tq, Tk, D): B, H, Tq, Tk, D pairwise distinct, Tq < Tk and Tq > Tk, GQA, and lengths
@@ -467,8 +468,8 @@ def test_adapter_fails_at_load_without_its_library(fresh_modules: None, name: st
     from attnspec.runner.subject import load_subject
     from attnspec.subjects._kernels import KernelUnavailable
 
-    package = {"flash_attn_varlen": "flash_attn", "xformers_bottom_right": "xformers"
-               }.get(name, name)
+    package = {"flash_attn_varlen": "flash_attn", "flash_attn_kvcache": "flash_attn",
+               "xformers_bottom_right": "xformers"}.get(name, name)
     monkeypatch.setitem(sys.modules, package, None)  # import raises ImportError
     with pytest.raises(KernelUnavailable) as raised:
         load(name)
@@ -534,3 +535,16 @@ def test_flash_attn_style_wraps_a_user_kernel() -> None:
     o = plain(q, k, v, causal=True, scale=0.2)
     o_ref, _ = formula(t["q"], t["k"], t["v"], corner="bottom_right", causal=True, scale=0.2)
     torch.testing.assert_close(o.transpose(1, 2), o_ref, atol=1e-10, rtol=1e-10)
+
+
+def test_flash_attn_kvcache_appends_and_pages_through_its_stand_in(standins: None) -> None:
+    """The cache adapter through a flash_attn_with_kvcache written from its docstring: pages of
+    256 (FA2's size), rows of two pages and more, appends in place; a stand-in that reads its
+    pages as if contiguous fails (shown by hand, 2026-12-02: index out of bounds)."""
+    import attnspec
+
+    report = attnspec.verify("attnspec.subjects.flash_attn_kvcache", only=["paged", "kv_append"],
+                             profile="ci", max_examples=10, seed=0, isolate=False,
+                             database=False)
+    assert report.ok, report.summary()
+    assert all(p.verdict == "pass" and p.reached for p in report.properties)

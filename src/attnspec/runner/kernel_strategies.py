@@ -80,6 +80,8 @@ def _cache_examples(prop: KernelProperty, c: KernelConventions, pairs: list[tupl
     page's edge), tokens appended (kv_append always; paged often, 0 too), 1 query (decoding)
     or a few."""
     page = c.paged if prop.id == "paged" else None
+    if page is not None:  # rows of two pages and more, or the page table is never read
+        longest = max(longest, 2 * page + 2)
 
     @st.composite
     def draw(draw: st.DrawFn) -> KernelExample:

@@ -22,6 +22,7 @@ Kernels (PROTOCOL = "kernel": attention(q, k, v, ...) -> o or (o, lse)):
 - `kernel_flex`: `flex_attention` (eager on CPU: forward only), block mask, score_mod, LSE.
 - `kernel_blockwise`: a tiled online-softmax kernel in plain torch: every feature, knobs.
 - Adapters, skipped where their library or a GPU is absent: `flash_attn`, `flash_attn_varlen`,
+  `flash_attn_kvcache` (`flash_attn_with_kvcache`, paged),
   `xformers`, `xformers_bottom_right`, `flashinfer`; `flash_style.flash_attn_style` wraps a
   kernel of your own with `flash_attn_func`'s signature.
 

@@ -84,3 +84,48 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out = torch.cat(outs) if outs else q.new_zeros((0, q.size(1), v.size(-1)))
     lse = torch.cat(lses, dim=-1) if lses else q.new_zeros((q.size(1), 0), dtype=torch.float32)
     return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, block_table=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0,
+                            return_softmax_lse=False):
+    """q (B, Sq, H, D); k_cache, v_cache (B, Scache, Hkv, D), or paged (num_blocks,
+    page_block_size, Hkv, D) with block_table (B, max_blocks) int32; k, v (B, Snew, Hkv, D)
+    written in place at cache_seqlens, then attended over cache_seqlens + Snew keys, the causal
+    diagonal at the bottom right. No rotary, no cache_batch_idx or leftpad in this stand-in."""
+    if rotary_cos is not None or cache_batch_idx is not None or cache_leftpad is not None:
+        raise NotImplementedError("flash_attn stand-in: no rotary, cache_batch_idx or leftpad")
+    B = q.size(0)
+    lengths = ([0] * B if cache_seqlens is None else
+               [int(n) for n in torch.as_tensor(cache_seqlens).tolist()])
+    new = 0 if k is None else k.size(1)
+    paged = block_table is not None
+    page = k_cache.size(1) if paged else None
+
+    def slot(b: int, pos: int) -> tuple[int, int]:  # (row or physical page, position in it)
+        if not paged:
+            return b, pos
+        return int(block_table[b, pos // page]), pos % page
+
+    outs, lses = [], []
+    for b in range(B):
+        n = lengths[b]
+        with torch.no_grad():
+            for t in range(new):  # the append, in place
+                where = slot(b, n + t)
+                k_cache[where[0], where[1]] = k[b, t]
+                v_cache[where[0], where[1]] = v[b, t]
+        places = [slot(b, p) for p in range(n + new)]
+        keys = torch.stack([k_cache[r, p] for r, p in places])[None] if places else \
+            k_cache.new_zeros(1, 0, k_cache.size(2), k_cache.size(3))
+        values = torch.stack([v_cache[r, p] for r, p in places])[None] if places else \
+            v_cache.new_zeros(1, 0, v_cache.size(2), v_cache.size(3))
+        out, lse = _one(q[b:b + 1], keys, values, softmax_scale, causal, tuple(window_size),
+                        softcap, alibi_slopes)
+        outs.append(out)
+        lses.append(lse)
+    out, lse = torch.cat(outs), torch.cat(lses)
+    return (out, lse) if return_softmax_lse else out
