@@ -9,13 +9,12 @@ catalogue`) runs every entry on every property with the ci profile.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _catalogue import expected
 
 import attnspec
 
@@ -28,22 +27,7 @@ FULL = os.environ.get("ATTNSPEC_CATALOGUE", "") == "full"
 pytestmark = pytest.mark.slow
 
 
-def expected(path: Path) -> frozenset[str]:
-    """The module's EXPECTED, read without running the engine."""
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(f"catalogue_{path.stem}", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
-    value = module.EXPECTED
-    assert isinstance(value, frozenset) and value <= set(attnspec.PROPERTIES), path
-    return value
-
-
-EXPECTED = {path: expected(path) for path in BROKEN}
+EXPECTED = {path: expected(path, attnspec.PROPERTIES, "catalogue") for path in BROKEN}
 
 
 def attnspec_sharded(prop: str) -> bool:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..reference import conventions as conv
-from ..reference.core import kernel_attention
+from ..reference.core import corner_index, kernel_attention, visible_keys
 from ..reference.spec import ALiBi
 from ..runner.subject import dtype_from_name
 from . import tolerance as tol
@@ -208,20 +208,13 @@ def reference(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
 
 
 def visible_rows(ex: KernelExample, corner: str) -> Tensor:
-    """(B, 1, Tq, 1) True where a (real) query sees at least one key."""
+    """(B, 1, Tq, 1) True where a (real) query sees at least one key: the core's own mask."""
     out = torch.zeros(ex.B, 1, ex.Tq, 1, dtype=torch.bool)
     for b, (lq, lk) in enumerate(_lengths(ex)):
         if lk == 0:
             continue
-        i = torch.arange(lq) + (lk - lq if corner == "bottom_right" else 0)
-        j = torch.arange(lk)
-        seen = (j[None] <= i[:, None]) if ex.causal else torch.ones(lq, lk, dtype=torch.bool)
-        if ex.window is not None:
-            left, right = ex.window
-            if left is not None:
-                seen &= j[None] >= i[:, None] - left
-            if right is not None:
-                seen &= j[None] <= i[:, None] + right
+        seen = visible_keys(corner_index(corner, lq, lk, "cpu"), torch.arange(lk), ex.causal,
+                            ex.window, None)[0]
         out[b, 0, :lq, 0] = seen.any(dim=-1)
     return out
 

@@ -152,6 +152,9 @@ class _Result:
         out = self.tensor("out")
         where = self.plain("device", str)
         lse = self.tensor("lse", optional=True)
+        if lse is not None and not lse.is_floating_point():  # tensor() also lets masks through
+            raise BadAnswer(f"{self.what} has 'lse' of dtype {lse.dtype}, not a floating "
+                            "tensor.")
         self.plain("lse_grad", bool)
         step = self.step
         grads = {g: self.tensor(g, optional=True) for g in ("dq", "dk", "dv") if g in self.result}
@@ -188,6 +191,9 @@ class _Result:
         out = self.tensor("out")
         where = self.plain("device", str)
         lse = self.tensor("lse", optional=True)
+        if lse is not None and not lse.is_floating_point():  # tensor() also lets masks through
+            raise BadAnswer(f"{self.what} has 'lse' of dtype {lse.dtype}, not a floating "
+                            "tensor.")
         self.plain("lse_grad", bool)
         step = self.step
         assert out is not None
