@@ -389,17 +389,35 @@ def _load_kernel(obj: Any, target: str, origin: str) -> Subject:
                    cache_attention=with_cache)
 
 
+HF_PREFIX = "hf:"
+"""`hf:MODEL_TYPE[@BACKEND]`: a transformers model type through `attnspec.subjects.hf`."""
+
+
+def _load_hf(target: str) -> tuple[ModuleType, Any, str]:
+    """The subject `attnspec.subjects.hf` makes for `hf:MODEL_TYPE[@BACKEND]`."""
+    rest = target.strip()[len(HF_PREFIX):]
+    try:
+        module = importlib.import_module("attnspec.subjects.hf")
+        return module, module.from_target(rest), str(module.__file__)
+    except ValueError as error:  # AdapterError: the model type, backend or version, and why
+        raise TargetError(f"TARGET {target!r}: {error}") from None
+
+
 def load_subject(target: str) -> Subject:
     """Import TARGET and check that it provides the protocol; `TargetError` says what is wrong."""
     if not isinstance(target, str) or not target.strip():
         raise TargetError(f"TARGET {target!r}: expected a file path or a dotted module name.")
-    spec, attr = split_target(target.strip())
-    module, origin = _import(target, spec)
-    obj: Any = module
-    if attr is not None:
-        if not hasattr(module, attr):
-            raise TargetError(f"TARGET {target!r}: {spec} has no attribute {attr!r}.")
-        obj = getattr(module, attr)
+    obj: Any
+    if target.strip().startswith(HF_PREFIX):
+        module, obj, origin = _load_hf(target)
+    else:
+        spec, attr = split_target(target.strip())
+        module, origin = _import(target, spec)
+        obj = module
+        if attr is not None:
+            if not hasattr(module, attr):
+                raise TargetError(f"TARGET {target!r}: {spec} has no attribute {attr!r}.")
+            obj = getattr(module, attr)
     if getattr(obj, "PROTOCOL", None) == "kernel":
         return _load_kernel(obj, target, str(origin))
     build = getattr(obj, "build", None)
