@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -280,6 +281,10 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--no-database", action="store_true",
                         help="do not read or write Hypothesis's example database")
     verify.add_argument("--no-progress", action="store_true", help="no progress lines")
+    verify.add_argument("--hf-backend", metavar="BACKEND",
+                        help="for an hf:TYPE TARGET: eager, sdpa, flex_attention, or all "
+                             "(each backend the model type runs here, one verify each, then "
+                             "which properties' verdicts differ between them)")
 
 
 def _header(session_header: dict[str, Any], target: str) -> str:
@@ -297,7 +302,70 @@ def _header(session_header: dict[str, Any], target: str) -> str:
             f"{session_header['seed']}, timeout: {session_header['timeout']:g}s\n")
 
 
+def _hf_targets(args: argparse.Namespace) -> list[str] | None:
+    """The TARGETs `--hf-backend` asks for, or None without it; a misuse is a ValueError."""
+    backend = getattr(args, "hf_backend", None)
+    if backend is None:
+        return None
+    from ..runner.subject import HF_PREFIX
+
+    if not args.target.startswith(HF_PREFIX) or "@" in args.target:
+        raise ValueError(f"--hf-backend {backend}: TARGET {args.target!r} must be hf:TYPE "
+                         "without @BACKEND (the option chooses the backend).")
+    if backend != "all":
+        return [f"{args.target}@{backend}"]
+    from ..subjects import hf
+
+    model_type = args.target[len(HF_PREFIX):]
+    try:
+        backends = hf.backends_of(model_type)
+    except (KeyError, ImportError):
+        return [args.target]  # the load explains what is wrong with it
+    return [f"{args.target}@{b}" for b in backends]
+
+
 def run_verify(args: argparse.Namespace) -> int:
+    try:
+        targets = _hf_targets(args)
+    except ValueError as error:
+        print(f"attnspec verify: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if targets is None:
+        return _run_one(args)
+    codes: dict[str, int] = {}
+    verdicts: dict[str, dict[str, str]] = {}
+    scratch = tempfile.TemporaryDirectory(prefix="attnspec-backends-")
+    for target in targets:
+        one = argparse.Namespace(**vars(args))
+        one.target = target
+        if len(targets) > 1:  # each backend's own report: FILE@BACKEND.json
+            stem, ext = os.path.splitext(args.report or os.path.join(scratch.name, "r.json"))
+            one.report = f"{stem}@{target.rpartition('@')[2]}{ext or '.json'}"
+        report_path = one.report
+        codes[target] = _run_one(one)
+        if report_path and os.path.isfile(report_path):
+            with open(report_path) as file:
+                verdicts[target] = {r["id"]: r["verdict"]
+                                    for r in json.load(file).get("properties", [])}
+        if codes[target] >= 128:  # interrupted: the rest is not run
+            break
+    if len(targets) > 1:
+        said = {EXIT_OK: "pass", EXIT_FAILED: "fail"}
+        print("\nbackends: " + ", ".join(f"{t.rpartition('@')[2]} {said.get(c, f'exit {c}')}"
+                                         for t, c in codes.items()))
+        differ = [pid for pid in sorted(set().union(*verdicts.values())) if len(
+            {v.get(pid, "-") for v in verdicts.values()} - {"skip"}) > 1] if verdicts else []
+        if differ:
+            print("backends disagree on: " + "; ".join(
+                f"{pid} (" + ", ".join(f"{t.rpartition('@')[2]}: {v.get(pid, '-')}"
+                                       for t, v in verdicts.items()) + ")" for pid in differ))
+        else:
+            print("backends agree on every property")
+    scratch.cleanup()
+    return max(codes.values())
+
+
+def _run_one(args: argparse.Namespace) -> int:
     from ..runner.isolation import harden_runner, restore_runner
 
     out, err = _SafeStream(sys.stdout), _SafeStream(sys.stderr)

@@ -12,8 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..reference.spec import (ALiBi, AttentionSpec, LinearScaling, Llama3Scaling, QKNorm, RoPE,
-                              YaRN)
+from ..reference.spec import ALiBi, AttentionSpec, LinearScaling, Llama3Scaling, QKNorm, RoPE, YaRN
 
 Weights = dict[str, Tensor | None]
 
@@ -187,11 +186,15 @@ def _add(family: Family) -> None:
 
 
 _ROPE = [RoPE(), RoPE(theta=500000.0)]
+# No window of 1: transformers' sliding-window cache decodes it wrongly (docs/findings.md,
+# "sliding_window=1"), a library bug the matrix would otherwise report on every windowed type.
+_WINDOWS = [None, 2, 3, 5, 8, 16]
 _GQA = {"n_kv_head": "any", "head_dim": "any"}
 
 
 def _llama_like(model_type: str, *, bias: str | None = "attention_bias", bias_values: Any = "any",
-                head_dim: bool = True, head_dim_any: bool = True, window: str | None = None, rope: list[Any] | None = None,
+                head_dim: bool = True, head_dim_any: bool = True, window: str | None = None,
+                rope: list[Any] | None = None,
                 fraction: bool = False, interleaved: bool = False, c_div_h: bool = True,
                 kv: bool = True, extra: Callable[[AttentionSpec], dict[str, Any]] | None = None,
                 allow: Callable[[AttentionSpec], bool] | None = None,
@@ -226,7 +229,7 @@ def _llama_like(model_type: str, *, bias: str | None = "attention_bias", bias_va
     elif bias_values != "any":
         base["bias"] = bias_values
     if window is not None:
-        base["window"] = [None, 1, 2, 3, 5, 8, 16]
+        base["window"] = _WINDOWS
     _add(Family(model_type=model_type, config=config, supports=supports,
                 variants=base | dict(variants or {}), **kwargs))
 
@@ -447,7 +450,7 @@ _simple("phi3",
         lambda s: _base(s, head_dim=None, bias=None, window="sliding_window")
         | {"resid_pdrop": 0.0, "embd_pdrop": 0.0},
         _phi3_export, {"n_kv_head": "any", "bias": [False], "positions": _ROPE,
-                       "window": [None, 1, 2, 3, 5, 8, 16]},
+                       "window": _WINDOWS},
         lambda s: _rope_ok(s) and _c_div_h(s) and s.head_dim in (None, s.n_embd // s.n_head)
         and not s.bias and s.scale is None and s.softcap is None and s.qk_norm is None
         and not s.sinks)
@@ -463,7 +466,8 @@ def _gpt2_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
 # the attention itself has no positions; Conv1D [q | k | v] fused columns, biases.
 _simple("gpt2",
         lambda s: {"n_embd": s.n_embd, "n_head": s.n_head, "n_layer": 1, "vocab_size": 16,
-                   "n_positions": 4096, "attn_pdrop": 0.0, "resid_pdrop": 0.0,
+                   "n_positions": 4096, "bos_token_id": 1, "eos_token_id": 2,
+                   "attn_pdrop": 0.0, "resid_pdrop": 0.0,
                    "embd_pdrop": 0.0, "n_inner": 8},
         _gpt2_export, {"positions": [None], "bias": [True]},
         lambda s: _mha(s) and _plain(s) and s.positions is None and s.bias,
@@ -480,7 +484,8 @@ def _bigcode_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
 # GPT-BigCode (StarCoder 1): multi-query ([q | k | v] with one kv head) or MHA, biases.
 _simple("gpt_bigcode",
         lambda s: {"n_embd": s.n_embd, "n_head": s.n_head, "n_layer": 1, "vocab_size": 16,
-                   "n_positions": 4096, "attn_pdrop": 0.0, "resid_pdrop": 0.0,
+                   "n_positions": 4096, "bos_token_id": 1, "eos_token_id": 2,
+                   "attn_pdrop": 0.0, "resid_pdrop": 0.0,
                    "embd_pdrop": 0.0, "n_inner": 8, "multi_query": s.G == 1},
         _bigcode_export, {"n_kv_head": [None, 1], "positions": [None], "bias": [True]},
         lambda s: s.G in (1, s.n_head) and s.head_dim in (None, s.n_embd // s.n_head)
@@ -496,7 +501,8 @@ def _gptj_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
 # GPT-J: interleaved (pairs) RoPE on the first rotary_dim channels of each head, no biases.
 _simple("gptj",
         lambda s: {"n_embd": s.n_embd, "n_head": s.n_head, "n_layer": 1, "vocab_size": 16,
-                   "n_positions": 4096, "attn_pdrop": 0.0, "resid_pdrop": 0.0,
+                   "n_positions": 4096, "bos_token_id": 1, "eos_token_id": 2,
+                   "attn_pdrop": 0.0, "resid_pdrop": 0.0,
                    "embd_pdrop": 0.0, "n_inner": 8,
                    "rotary_dim": s.positions.rotary_dim(s.D) if isinstance(s.positions, RoPE)
                    else None},

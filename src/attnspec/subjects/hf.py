@@ -40,7 +40,8 @@ BACKENDS = ("eager", "sdpa", "flex_attention")
 """The attn_implementation values the adapter verifies (`@BACKEND` in the TARGET)."""
 
 DEFAULT_BACKEND = "sdpa"
-"""transformers' own default: what from_pretrained() gives a user on CPU."""
+"""transformers' own default where the model supports it (else eager): what from_pretrained()
+gives a user on CPU."""
 
 
 class AdapterError(ValueError):
@@ -117,11 +118,13 @@ class HFModelAttention(nn.Module):
 
         def take_input(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                        ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            # the layer norm before attention is not the subject: the attention gets x itself
+            # the layer norm before attention is not the subject: the attention gets x itself,
+            # contiguous as the norm's output always is
+            given = x.contiguous()
             if args:
-                args = (x, *args[1:])
+                args = (given, *args[1:])
             else:
-                kwargs["hidden_states"] = x
+                kwargs["hidden_states"] = given
             if residual is not None:  # BLOOM's attention adds its residual: none here
                 if residual in kwargs:
                     kwargs[residual] = torch.zeros_like(x)
@@ -248,7 +251,9 @@ def subject(model_type: str, backend: str | None = None) -> types.SimpleNamespac
     _check_transformers()
     from ._hf_families import FAMILIES
 
-    backend = DEFAULT_BACKEND if backend is None else backend
+    if backend is None:  # as transformers does: sdpa where the model supports it, else eager
+        backend = DEFAULT_BACKEND if model_type in FAMILIES and DEFAULT_BACKEND in backends_of(
+            model_type) else "eager"
     if backend not in BACKENDS:
         raise AdapterError(f"hf:{model_type}@{backend}: unknown backend {backend!r}; the "
                            f"adapter verifies {', '.join(BACKENDS)} (transformers' "
