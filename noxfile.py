@@ -49,6 +49,15 @@ def distributed(session: nox.Session) -> None:
 
 
 @nox.session
+def transformers(session: nox.Session) -> None:
+    """The transformers conformance matrix: every model type attnspec.subjects.hf builds, on
+    every backend, default profile; writes docs/transformers.md (not in CI, which runs a fixed
+    share in tests/test_hf_adapter.py). `-- --types llama,gpt2 --backends eager` for a part."""
+    session.install(*CONSTRAINTS, "-e", ".[hf]")
+    session.run("python", "scripts/hf_matrix.py", *session.posargs)
+
+
+@nox.session
 def trace(session: nox.Session) -> None:
     """Print the lesson's shape trace: (2, 5, 12) -> (2, 3, 5, 4) -> (2, 5, 12)."""
     session.install(*CONSTRAINTS, "-e", ".")

@@ -15,6 +15,7 @@ Sections (docs/benchmarks.md explains each and how to read the numbers):
   kernel_broken   9. time to reject each broken kernel in tests/kernels/broken/
   kernel_oracle  10. one oracle check at (B, H, T, D) = (2, 8, 256, 64), in process
   kernel_profile 11. cProfile of one default verify of kernel_sdpa: where the time goes
+  hf_verify      12. a default `attnspec verify hf:TYPE@BACKEND` (transformers adapter)
 
 Writes PREFIX.md (tables) and PREFIX.json (everything, with the machine); PREFIX defaults to
 benchmarks/results (benchmarks/results-cuda with --device cuda). Both are rewritten after every
@@ -54,12 +55,14 @@ SECTIONS: dict[str, str] = {
     "kernel_broken": "9. Time to reject the broken kernels",
     "kernel_oracle": "10. One kernel oracle check",
     "kernel_profile": "11. Where a kernel verify's time goes",
+    "hf_verify": "12. Verdict speed on a transformers model type",
 }
 ALIASES = {str(i): name for i, name in enumerate(SECTIONS, start=1)}
 
 
 def _section(name: str) -> Callable[[Config], dict[str, Any]]:
     import bench_forward
+    import bench_hf
     import bench_kernels
     import bench_sharded
     import bench_verify
@@ -74,6 +77,7 @@ def _section(name: str) -> Callable[[Config], dict[str, Any]]:
         "kernel_broken": bench_kernels.kernel_broken,
         "kernel_oracle": bench_kernels.kernel_oracle,
         "kernel_profile": bench_kernels.kernel_profile,
+        "hf_verify": bench_hf.hf_verify,
     }
     return functions[name]
 

@@ -187,7 +187,8 @@ def _add(family: Family) -> None:
 
 _ROPE = [RoPE(), RoPE(theta=500000.0)]
 # No window of 1: transformers' sliding-window cache decodes it wrongly (docs/findings.md,
-# "sliding_window=1"), a library bug the matrix would otherwise report on every windowed type.
+# "sliding-window decoding with a window of 1"), a library bug the matrix would otherwise
+# report on every windowed model type.
 _WINDOWS = [None, 2, 3, 5, 8, 16]
 _GQA = {"n_kv_head": "any", "head_dim": "any"}
 
@@ -562,3 +563,37 @@ _simple("falcon", _falcon_config, _falcon_export,
         {"n_kv_head": [None, 1, 2], "bias": "any", "positions": [RoPE()]},
         lambda s: s.head_dim in (None, s.n_embd // s.n_head) and _c_div_h(s) and _plain(s)
         and _rope_ok(s))
+
+
+def _refuse(why: str, *model_types: str) -> None:
+    for model_type in model_types:
+        REFUSED[model_type] = why
+
+
+_refuse("its attention compresses keys and values into a latent (multi-head latent attention) "
+        "with a decoupled RoPE part: q·k is not one per-head dot product of projected x, which "
+        "the spec cannot express", "deepseek_v2", "deepseek_v3", "deepseek_v32",
+        "minicpm3", "kimi_linear", "longcat_flash", "sarvam_mla")
+_refuse("it has no attention layers (a state-space or recurrent model)", "mamba", "mamba2",
+        "falcon_mamba", "rwkv", "xlstm")
+_refuse("a hybrid whose layers mix attention with state-space, linear-attention or recurrent "
+        "blocks: its first layer is not necessarily softmax attention, and the adapter does "
+        "not yet pick an attention layer out of such a stack", "jamba", "bamba", "zamba",
+        "zamba2", "falcon_h1", "nemotron_h", "granitemoehybrid", "qwen3_next", "lfm2",
+        "lfm2_moe", "minimax", "recurrent_gemma", "olmo_hybrid", "bailing_hybrid")
+_refuse("an encoder-decoder or encoder model whose causal-LM head is a decoder with "
+        "cross-attention or a bidirectional encoder run with is_decoder: not the decoder-only "
+        "self-attention the spec describes", "bart", "mbart", "marian", "pegasus",
+        "blenderbot", "blenderbot-small", "plbart", "prophetnet", "bigbird_pegasus", "mvp",
+        "whisper", "trocr", "musicgen", "musicgen_melody", "bert", "bert-generation",
+        "big_bird", "camembert", "data2vec-text", "electra", "ernie", "megatron-bert",
+        "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "xlm",
+        "xlm-roberta", "xlm-roberta-xl", "xmod", "xlnet", "reformer")
+_refuse("a multimodal model: its text decoder is reached through a vision or audio stack the "
+        "adapter does not build", "mllama", "emu3", "fuyu", "git", "got_ocr2",
+        "phi4_multimodal", "moshi", "gemma3", "gemma3n", "gemma4", "llama4")
+_refuse("its attention is not softmax over q·k alone (differential attention, dynamic masks "
+        "or chunked local attention with temperature tuning)", "diffllama", "doge",
+        "llama4_text")
+_refuse("its keys and values are shared across layers or clipped (clip_qkv): the adapter "
+        "does not model these yet", "gemma3n_text", "dbrx")
