@@ -97,7 +97,7 @@ def _c_div_h(spec: AttentionSpec) -> bool:
     return spec.n_embd % spec.n_head == 0
 
 
-def _separate(attn: nn.Module, spec: AttentionSpec) -> Weights:
+def _separate(attn: Any, spec: AttentionSpec) -> Weights:
     o = next(getattr(attn, n) for n in ("o_proj", "dense", "out_proj") if hasattr(attn, n))
     layers = {"q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": o}
     out: Weights = {f"{n}_weight": layer.weight for n, layer in layers.items()}
@@ -109,10 +109,10 @@ def _fused_concat(weight: Tensor, bias: Tensor | None, spec: AttentionSpec) -> W
     """[q (H·D) | k (G·D) | v (G·D)] rows (Phi-3, MPT, GPT-BigCode)."""
     H, G, D = spec.n_head, spec.G, spec.D
     sizes = [H * D, G * D, G * D]
-    out: Weights = dict(zip(("q_weight", "k_weight", "v_weight"), weight.split(sizes),
+    out: Weights = dict(zip(("q_weight", "k_weight", "v_weight"), torch.split(weight, sizes),
                             strict=True))
     if bias is not None:
-        out |= dict(zip(("q_bias", "k_bias", "v_bias"), bias.split(sizes), strict=True))
+        out |= dict(zip(("q_bias", "k_bias", "v_bias"), torch.split(bias, sizes), strict=True))
     return out
 
 
@@ -142,11 +142,11 @@ def _fused_grouped(weight: Tensor, bias: Tensor | None, spec: AttentionSpec) -> 
     return out
 
 
-def _linear_out(layer: nn.Module) -> Weights:
+def _linear_out(layer: Any) -> Weights:
     return {"o_weight": layer.weight, "o_bias": layer.bias}
 
 
-def _norms_named(q: str, k: str) -> Callable[[nn.Module], tuple[nn.Module, nn.Module]]:
+def _norms_named(q: str, k: str) -> Callable[[Any], tuple[Any, Any]]:
     return lambda attn: (getattr(attn, q), getattr(attn, k))
 
 
@@ -158,8 +158,8 @@ class Family:
     config: Callable[[AttentionSpec], dict[str, Any]]
     variants: Mapping[str, Any]
     supports: Callable[[AttentionSpec], bool]
-    export: Callable[[nn.Module, AttentionSpec], Weights] = _separate
-    norms: Callable[[nn.Module], tuple[nn.Module, nn.Module]] = _norms_named("q_norm",
+    export: Callable[[Any, AttentionSpec], Weights] = _separate
+    norms: Callable[[Any], tuple[Any, Any]] = _norms_named("q_norm",
                                                                              "k_norm")
     after: Callable[[AttentionSpec], dict[str, Any]] = lambda spec: {}
     residual: str | None = None
@@ -365,7 +365,7 @@ _llama_like("stablelm", bias="use_qkv_bias", head_dim=False, fraction=True,
 
 
 def _simple(model_type: str, config: Callable[[AttentionSpec], dict[str, Any]],
-            export: Callable[[nn.Module, AttentionSpec], Weights], variants: Mapping[str, Any],
+            export: Callable[[Any, AttentionSpec], Weights], variants: Mapping[str, Any],
             supports: Callable[[AttentionSpec], bool], **kwargs: Any) -> None:
     _add(Family(model_type=model_type, config=config, export=export, variants=variants,
                 supports=supports, **kwargs))
@@ -377,7 +377,7 @@ def _mha(spec: AttentionSpec) -> bool:
         and _c_div_h(spec)
 
 
-def _neox_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
+def _neox_export(attn: Any, spec: AttentionSpec) -> Weights:
     fused = attn.query_key_value
     return _fused_per_head(fused.weight, fused.bias, spec) | _linear_out(attn.dense)
 
@@ -404,7 +404,7 @@ _simple("persimmon",
         norms=_norms_named("q_layernorm", "k_layernorm"))
 
 
-def _bloom_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
+def _bloom_export(attn: Any, spec: AttentionSpec) -> Weights:
     fused = attn.query_key_value
     return _fused_per_head(fused.weight, fused.bias, spec) | _linear_out(attn.dense)
 
@@ -421,7 +421,7 @@ _simple("bloom",
         residual="residual", hooks=("decode", "decode_padded", "padded"))
 
 
-def _mpt_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
+def _mpt_export(attn: Any, spec: AttentionSpec) -> Weights:
     return _fused_concat(attn.Wqkv.weight, attn.Wqkv.bias, spec) | _linear_out(attn.out_proj)
 
 
@@ -441,7 +441,7 @@ _simple("mpt",
         hooks=("decode", "decode_padded", "padded"))
 
 
-def _phi3_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
+def _phi3_export(attn: Any, spec: AttentionSpec) -> Weights:
     return _fused_concat(attn.qkv_proj.weight, attn.qkv_proj.bias, spec) | _linear_out(
         attn.o_proj)
 
@@ -457,7 +457,7 @@ _simple("phi3",
         and not s.sinks)
 
 
-def _gpt2_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
+def _gpt2_export(attn: Any, spec: AttentionSpec) -> Weights:
     # Conv1D stores (in, out): the transpose is nn.Linear's layout
     return _fused_concat(attn.c_attn.weight.T, attn.c_attn.bias, spec) | {
         "o_weight": attn.c_proj.weight.T, "o_bias": attn.c_proj.bias}
@@ -475,7 +475,7 @@ _simple("gpt2",
         hooks=("decode", "decode_padded", "padded"))
 
 
-def _bigcode_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
+def _bigcode_export(attn: Any, spec: AttentionSpec) -> Weights:
     if spec.G == spec.n_head:  # without multi_query the rows are per head, (H, 3, D)
         return _fused_per_head(attn.c_attn.weight, attn.c_attn.bias, spec) | _linear_out(
             attn.c_proj)
@@ -494,7 +494,7 @@ _simple("gpt_bigcode",
         hooks=("decode", "decode_padded", "padded"))
 
 
-def _gptj_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
+def _gptj_export(attn: Any, spec: AttentionSpec) -> Weights:
     return {"q_weight": attn.q_proj.weight, "k_weight": attn.k_proj.weight,
             "v_weight": attn.v_proj.weight, "o_weight": attn.out_proj.weight}
 
@@ -510,10 +510,10 @@ _simple("gptj",
         _gptj_export, {"positions": [RoPE(interleaved=True, fraction=0.5),
                                      RoPE(interleaved=True)], "bias": [False]},
         lambda s: _mha(s) and _plain(s) and _rope_ok(s, fraction=True, interleaved=True)
-        and s.positions is not None and s.positions.theta == 10000.0 and not s.bias)
+        and isinstance(s.positions, RoPE) and s.positions.theta == 10000.0 and not s.bias)
 
 
-def _opt_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
+def _opt_export(attn: Any, spec: AttentionSpec) -> Weights:
     return _separate(attn, spec)
 
 
@@ -528,7 +528,7 @@ _simple("opt",
         hooks=("decode", "decode_padded", "padded"))
 
 
-def _falcon_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
+def _falcon_export(attn: Any, spec: AttentionSpec) -> Weights:
     fused = attn.query_key_value
     if spec.G == 1 and spec.n_head > 1 and not getattr(attn, "new_decoder_architecture", False):
         return _fused_concat(fused.weight, fused.bias, spec) | _linear_out(attn.dense)
@@ -539,7 +539,7 @@ def _falcon_export(attn: nn.Module, spec: AttentionSpec) -> Weights:
 
 def _falcon_config(spec: AttentionSpec) -> dict[str, Any]:
     G, H = spec.G, spec.n_head
-    out = {"hidden_size": spec.n_embd, "num_attention_heads": H, **_SMALL,
+    out: dict[str, Any] = {"hidden_size": spec.n_embd, "num_attention_heads": H, **_SMALL,
            "bias": spec.bias, "alibi": isinstance(spec.positions, ALiBi),
            "hidden_dropout": 0.0, "parallel_attn": True}
     if G == H:
