@@ -144,3 +144,35 @@ def test_ci_share_of_the_matrix(target: str) -> None:
     done = attnspec_cli("verify", target, "--profile", "smoke", "--seed", "0", "--no-progress",
                         "--no-database")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def strongest_declarations(model_type: str, backend: str) -> tuple[str, str]:
+    """MASKED_ROWS and PADDING_VALUES as measured: "zero" if left padding's masked rows are
+    the same for other tokens (else "finite"), "any" if NaN in the padding stays out of real
+    rows."""
+    spec = first_spec(model_type)
+    subject = hf.subject(model_type, backend)
+    torch.manual_seed(0)
+    module = subject.build(spec).eval()
+    x = torch.randn(2, 5, spec.n_embd)
+    key_mask = torch.ones(2, 5, dtype=torch.bool)
+    key_mask[1, :2] = False  # row 1 left-padded: its first two queries see no real key
+    with torch.no_grad():
+        out = subject.padded(module, x, key_mask)
+        other = subject.padded(module, torch.randn_like(x), key_mask)
+        nan = x.clone()
+        nan[1, :2] = float("nan")
+        leaked = subject.padded(module, nan, key_mask)[1, 2:]
+    # "zero": a masked row is a constant (0 through o's bias), whatever the tokens
+    masked = "zero" if torch.equal(out[1, :2], other[1, :2]) else "finite"
+    padding = "any" if bool(torch.isfinite(leaked).all()) else "finite"
+    return masked, padding
+
+
+@pytest.mark.parametrize(("model_type", "backend"), [
+    (t, b) for t in hf.model_types() for b in hf.backends_of(t) if b != "flex_attention"])
+def test_masked_rows_and_padding_values_are_the_measured_ones(model_type: str,
+                                                             backend: str) -> None:
+    subject = hf.subject(model_type, backend)
+    declared = (subject.MASKED_ROWS, subject.PADDING_VALUES)
+    assert declared == strongest_declarations(model_type, backend)

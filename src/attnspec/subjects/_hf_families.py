@@ -170,11 +170,13 @@ class Family:
     masked: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def declarations(self, backend: str) -> tuple[str, str]:
-        """MASKED_ROWS and PADDING_VALUES on `backend`: measured by scripts/hf_matrix.py.
-        Every backend multiplies the weights into the values, so NaN padding reaches real
-        rows (0 x NaN), and a query that sees no key attends evenly or gets the masked
-        minimum's softmax: finite, not zero."""
-        return self.masked.get(backend, ("finite", "finite"))
+        """MASKED_ROWS and PADDING_VALUES on `backend`, as measured (tests/test_hf_adapter.py
+        checks each is the strongest that holds). Every backend multiplies the weights into
+        the values, so NaN padding reaches real rows (0 x NaN): "finite". A query that sees
+        no key attends evenly under eager ("finite"); transformers' sdpa path zeroes such rows
+        ("zero")."""
+        default = ("zero", "finite") if backend == "sdpa" else ("finite", "finite")
+        return self.masked.get(backend, default)
 
 
 FAMILIES: dict[str, Family] = {}
@@ -348,7 +350,8 @@ _GPT_OSS_ROPE = RoPE(theta=150000.0, scaling=YaRN(factor=32.0, original_max_posi
 _llama_like("gpt_oss", bias=None, bias_values=[True], window="sliding_window", extra=_gpt_oss,
             allow=lambda s: s.sinks and s.bias and s.scale is None and s.softcap is None
             and s.qk_norm is None,
-            rope=[_GPT_OSS_ROPE, RoPE()], variants={"sinks": [True]})
+            rope=[_GPT_OSS_ROPE, RoPE()], variants={"sinks": [True]},
+            masked={"eager": ("zero", "finite")})  # the sink takes a row that sees no key
 _llama_like("cohere", interleaved=True, rope=[RoPE(interleaved=True)],
             extra=lambda s: {"use_qk_norm": False})
 # Cohere 2's sliding layers rotate; its full-attention layers have no positions at all.
