@@ -176,3 +176,12 @@ def test_masked_rows_and_padding_values_are_the_measured_ones(model_type: str,
     subject = hf.subject(model_type, backend)
     declared = (subject.MASKED_ROWS, subject.PADDING_VALUES)
     assert declared == strongest_declarations(model_type, backend)
+
+
+def test_the_pytest_plugin_takes_an_hf_target(tmp_path: Any) -> None:
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "--attnspec-subject", "hf:gpt2@eager", "--attnspec-profile", "smoke",
+                           "-k", "oracle or decode"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "3 passed" in done.stdout  # oracle, oracle_grad, decode

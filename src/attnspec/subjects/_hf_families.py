@@ -61,7 +61,8 @@ _SMALL = {"num_hidden_layers": 1, "intermediate_size": 8, "vocab_size": 16, "pad
 
 def _base(spec: AttentionSpec, *, kv: str | None = "num_key_value_heads",
           head_dim: str | None = "head_dim", bias: str | None = "attention_bias",
-          rope: bool = True, window: str | None = None, **extra: Any) -> dict[str, Any]:
+          rope: bool = True, window: str | None = None, layer_types: bool = True,
+          **extra: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"hidden_size": spec.n_embd, "num_attention_heads": spec.n_head,
                            **_SMALL}
     if kv is not None:
@@ -74,7 +75,9 @@ def _base(spec: AttentionSpec, *, kv: str | None = "num_key_value_heads",
         out["rope_parameters"] = rope_parameters(spec.positions)
     if window is not None:
         out[window] = spec.window
-        if spec.window is not None:
+        if not layer_types:  # Mistral and Mixtral read sliding_window alone
+            pass
+        elif spec.window is not None:
             out["layer_types"] = ["sliding_attention"]
         else:
             out["layer_types"] = ["full_attention"]
@@ -201,12 +204,13 @@ def _llama_like(model_type: str, *, bias: str | None = "attention_bias", bias_va
                 fraction: bool = False, interleaved: bool = False, c_div_h: bool = True,
                 kv: bool = True, extra: Callable[[AttentionSpec], dict[str, Any]] | None = None,
                 allow: Callable[[AttentionSpec], bool] | None = None,
-                variants: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+                variants: Mapping[str, Any] | None = None, layer_types: bool = True,
+                **kwargs: Any) -> None:
     """The separate q/k/v/o projection families (Llama and its many descendants)."""
     def config(spec: AttentionSpec) -> dict[str, Any]:
         out = _base(spec, kv="num_key_value_heads" if kv else None,
                     head_dim="head_dim" if head_dim else None, bias=bias,
-                    window=window)
+                    window=window, layer_types=layer_types)
         return out | (extra(spec) if extra else {})
 
     def supports(spec: AttentionSpec) -> bool:
@@ -242,8 +246,8 @@ for _mt in ("llama", "arcee", "olmo"):
 # Helium and ERNIE 4.5 rotate channel pairs (0, 1), (2, 3), ...; Helium's o_proj is C wide.
 _llama_like("helium", head_dim_any=False, interleaved=True, rope=[RoPE(interleaved=True)])
 _llama_like("ernie4_5", bias="use_bias", interleaved=True, rope=[RoPE(interleaved=True)])
-_llama_like("mixtral", window="sliding_window")
-_llama_like("mistral", window="sliding_window")
+_llama_like("mixtral", window="sliding_window", layer_types=False)
+_llama_like("mistral", window="sliding_window", layer_types=False)
 _llama_like("granite", extra=lambda s: {"attention_multiplier": s.attn_scale},
             allow=lambda s: s.window is None and s.softcap is None and s.qk_norm is None
             and not s.sinks,
