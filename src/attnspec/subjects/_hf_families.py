@@ -604,3 +604,21 @@ _refuse("its attention is not softmax over q·k alone (differential attention, d
         "llama4_text")
 _refuse("its keys and values are shared across layers or clipped (clip_qkv): the adapter "
         "does not model these yet", "gemma3n_text", "dbrx")
+
+
+# Later additions of the same separate-projection kind.
+_llama_like("seed_oss", bias=None, bias_values="any",
+            extra=lambda s: {"attention_bias": s.bias, "attention_out_bias": s.bias})
+_llama_like("ministral", bias=None, bias_values=[False], window="sliding_window",
+            extra=lambda s: {"sliding_window": s.window or 4096})
+_llama_like("smollm3", extra=lambda s: {"no_rope_layers": [1], "use_sliding_window": False})
+# OLMoE's q norm is hidden_size wide: H·D must be C.
+_llama_like("olmoe", head_dim_any=False,
+            extra=lambda s: _qk(s) | {"num_experts": 2, "num_experts_per_tok": 1},
+            allow=lambda s: _qk_only(s) and s.window is None,
+            variants={"qk_norm": [QKNorm("rms", 1e-5, False)]})
+_llama_like("nemotron", fraction=True, rope=[RoPE(fraction=0.5), RoPE()])
+for _mt in ("glm", "glm4"):
+    # GLM rotates channel pairs of the first half of each head (partial_rotary_factor 0.5)
+    _llama_like(_mt, fraction=True, interleaved=True,
+                rope=[RoPE(fraction=0.5, interleaved=True), RoPE(interleaved=True)])
