@@ -318,9 +318,11 @@ def _hf_targets(args: argparse.Namespace) -> list[str] | None:
 
     model_type = args.target[len(HF_PREFIX):]
     try:
-        backends = hf.backends_of(model_type)
+        backends, left_out = hf.runnable_backends(model_type)
     except (KeyError, ImportError):
         return [args.target]  # the load explains what is wrong with it
+    for backend, why in left_out.items():
+        print(f"attnspec verify: --hf-backend all: {backend} left out ({why}).")
     return [f"{args.target}@{b}" for b in backends]
 
 
@@ -334,12 +336,13 @@ def run_verify(args: argparse.Namespace) -> int:
         return _run_one(args)
     codes: dict[str, int] = {}
     verdicts: dict[str, dict[str, str]] = {}
-    scratch = tempfile.TemporaryDirectory(prefix="attnspec-backends-")
+    scratch = None if args.report else tempfile.mkdtemp(prefix="attnspec-backends-")
     for target in targets:
         one = argparse.Namespace(**vars(args))
         one.target = target
         if len(targets) > 1:  # each backend's own report: FILE@BACKEND.json
-            stem, ext = os.path.splitext(args.report or os.path.join(scratch.name, "r.json"))
+            # kept, so the report lines printed stay true: one JSON per backend
+            stem, ext = os.path.splitext(args.report or os.path.join(str(scratch), "r.json"))
             one.report = f"{stem}@{target.rpartition('@')[2]}{ext or '.json'}"
         report_path = one.report
         codes[target] = _run_one(one)
@@ -361,7 +364,6 @@ def run_verify(args: argparse.Namespace) -> int:
                                        for t, v in verdicts.items()) + ")" for pid in differ))
         else:
             print("backends agree on every property")
-    scratch.cleanup()
     return max(codes.values())
 
 

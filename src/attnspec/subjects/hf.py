@@ -31,7 +31,8 @@ from torch import Tensor, nn
 
 from ..reference.spec import AttentionSpec
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "TRANSFORMERS", "model_types", "subject"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "TRANSFORMERS", "backends_of", "model_types",
+           "runnable_backends", "subject"]
 
 TRANSFORMERS = ("5.0", "6.0")
 """The transformers versions the adapter supports: at least the first, below the second."""
@@ -321,6 +322,16 @@ def backends_of(model_type: str) -> tuple[str, ...]:
     flags = {"eager": True, "sdpa": getattr(cls, "_supports_sdpa", False),
              "flex_attention": getattr(cls, "_supports_flex_attn", False)}
     return tuple(b for b in BACKENDS if flags[b])
+
+
+def runnable_backends(model_type: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The backends `model_type` runs on here, and why each other one does not."""
+    supported = backends_of(model_type)
+    left_out = {b: "transformers' model class does not support it" for b in BACKENDS
+                if b not in supported}
+    if "flex_attention" in supported and not torch.cuda.is_available():
+        left_out["flex_attention"] = "FlexAttention has no backward on the CPU"
+    return tuple(b for b in supported if b not in left_out), left_out
 
 
 def family_refusal(model_type: str) -> str:
