@@ -362,7 +362,8 @@ _llama_like("cohere", interleaved=True, rope=[RoPE(interleaved=True)],
 _llama_like("cohere2", interleaved=True, rope=[RoPE(interleaved=True), None],
             window="sliding_window", extra=lambda s: {"sliding_window": s.window or 4096},
             allow=lambda s: (s.window is None) == (s.positions is None) and s.scale is None
-            and s.softcap is None and s.qk_norm is None and not s.sinks)
+            and s.softcap is None and s.qk_norm is None and not s.sinks
+            and s.D % 2 == 0)  # its config validates RoPE even for the full (NoPE) layer
 _llama_like("phi", bias=None, bias_values=[True], head_dim=False, kv=True, fraction=True,
             rope=[RoPE(fraction=0.5), RoPE(fraction=1.0)],
             extra=lambda s: {"qk_layernorm": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0})
