@@ -349,7 +349,8 @@ def from_target(rest: str) -> types.SimpleNamespace:
 
 
 def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
+    """`attnspec.subjects.hf:llama` as a TARGET is `hf:llama`."""
+    if name.startswith("_"):
         raise AttributeError(name)
     try:
         return from_target(name)
