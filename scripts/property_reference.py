@@ -213,8 +213,9 @@ def _settings_line(e: Entry) -> str:
 
 def render_page(e: Entry) -> str:
     title = "Module" if e.family == "module" else "Kernel"
+    holds = e.holds[:1].upper() + e.holds[1:] + ("" if e.holds.endswith(".") else ".")
     lines = [f"# `{e.id}` ({title.lower()} property)", "",
-             f"**What it checks.** {e.holds}", "",
+             f"**What it checks.** {holds}", "",
              f"**Runs with.** {_settings_line(e)}.", ""]
     lines += ["## How", ""]
     if e.docstring:
@@ -223,7 +224,11 @@ def render_page(e: Entry) -> str:
     if e.how:
         lines += [e.how, ""]
     lines += ["## Tolerance", "", e.tolerance, "",
-              "The rule and its yardsticks: [Tolerances](../../../tolerances.md).", "",
+              "The rule and its yardsticks: [Tolerances](../../../tolerances.md); "
+              + ("every module property side by side: [the design as built, section 4]"
+                 "(../../../design.md#4-properties)." if e.family == "module" else
+                 "every kernel property side by side: [Kernels, the properties]"
+                 "(../../../kernels.md#the-properties)."), "",
               "## Witness", "",
               f"The broken implementations that expect `{e.id}` to reject them "
               f"(`{FAMILIES[e.family][3].relative_to(ROOT)}/`):", ""]
