@@ -124,6 +124,19 @@ def cuda(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """The docs site into site/ (CI): mkdocs --strict, so a warning, a broken link or anchor
+    (mkdocs.yml `validation:`) or a property without its reference entry fails. Needs no
+    torch: the property pages are read from the source (scripts/property_reference.py)."""
+    if {"-q", "--quiet"} & set(session.posargs):
+        session.error("nox -s docs: -q/--quiet was given, but mkdocs --quiet drops the warnings "
+                      "before --strict counts them, so broken links would pass: leave it out")
+    session.install("-r", "requirements-docs.txt")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs,
+                env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session
 def wheel(session: nox.Session) -> None:
     """The built wheel in a clean venv with only its declared dependencies (no numpy): verify
     and the pytest plugin on a user's own subject file (CI)."""
