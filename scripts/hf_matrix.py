@@ -69,8 +69,9 @@ def cell(row: dict[str, Any]) -> str:
         return f"pass ({passed} properties, {row['seconds']:.0f} s)"
     if status == "fail":
         return "fail: " + ", ".join(f"`{f['id']}`" for f in row["failures"])
-    if status == "refused":
-        return "not run: " + row["message"].replace("|", "/")[:200]
+    if status == "refused":  # the adapter's own reason, without the CLI's prefixes
+        why = row["message"].rpartition(f"{row['target'].removeprefix('hf:')}: ")[2]
+        return "not run: " + why.replace("|", "/")[:240]
     return status
 
 
