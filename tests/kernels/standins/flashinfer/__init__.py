@@ -40,3 +40,16 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
     out = out[0].to(o_dtype or q.dtype)
     lse = (lse[0].transpose(0, 1) / math.log(2)).float()
     return (out, lse) if return_lse else out
+
+
+# The paged-cache API (BatchPrefillWithPagedKVCacheWrapper, append_paged_kv_cache), re-exported
+# at the top level as flashinfer does.
+from .paged import (  # noqa: E402
+    BatchPrefillWithPagedKVCacheWrapper,
+    append_paged_kv_cache,
+    get_batch_indices_positions,
+    get_seq_lens,
+)
+
+__all__ = ["single_prefill_with_kv_cache", "BatchPrefillWithPagedKVCacheWrapper",
+           "append_paged_kv_cache", "get_batch_indices_positions", "get_seq_lens"]
