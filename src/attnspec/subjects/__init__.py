@@ -23,8 +23,9 @@ Kernels (PROTOCOL = "kernel": attention(q, k, v, ...) -> o or (o, lse)):
 - `kernel_blockwise`: a tiled online-softmax kernel in plain torch: every feature, knobs.
 - Adapters, skipped where their library or a GPU is absent: `flash_attn`, `flash_attn_varlen`,
   `flash_attn_kvcache` (`flash_attn_with_kvcache`, paged),
-  `xformers`, `xformers_bottom_right`, `flashinfer`; `flash_style.flash_attn_style` wraps a
-  kernel of your own with `flash_attn_func`'s signature.
+  `xformers`, `xformers_bottom_right`, `flashinfer`, `flashinfer_paged`
+  (`BatchPrefillWithPagedKVCacheWrapper`, `append_paged_kv_cache`, paged);
+  `flash_style.flash_attn_style` wraps a kernel of your own with `flash_attn_func`'s signature.
 
 Every protocol v2 built-in but `hf_mistral` and `hf_bloom` has inference hooks: `variants` all
 three, `hf_llama` decode (its DynamicCache) and padded, `sdpa_lower_right` all three.
