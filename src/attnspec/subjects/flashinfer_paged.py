@@ -20,9 +20,12 @@ How attnspec's calls become FlashInfer's (kv_layout "NHD", which is attnspec's "
 The causal diagonal sits bottom-right (the wrapper's docstring builds its custom-mask example as
 tril(..., diagonal=kv_len - qo_len)), query i of Tq at n_b - Tq + i as flash_attn_with_kvcache
 puts it; `window_left` inclusive (causal calls only, as attnspec.subjects.flashinfer);
-logits_soft_cap; sm_scale; run(return_lse=True) gives lse [B * Tq, H] float32 in base 2,
-returned as (B, Tq, H). A row that sees no key: o 0, lse -inf, as the single-prefill kernel's
-tests check; for the batch kernel this is not measured here. PAGED = 16: FlashInfer takes any
+logits_soft_cap; sm_scale; run(return_lse=True) gives lse [B * Tq, H] float32, returned as
+(B, Tq, H): base 2, as include/flashinfer/attention/prefill.cuh writes it (log2(d) + m, m in
+the log2 domain, in BatchPrefillWithPagedKVCacheDevice). A row that sees no key: o 0, lse -inf,
+which that source gives (init_states: m = -inf, d = 1, o 0) and the single-prefill kernel's
+tests check; read for the FA2 backend only (backend "auto" may pick FA3 on Hopper, whose
+source was not read), and not measured on a GPU here. PAGED = 16: FlashInfer takes any
 page size at run time (uint_fastdiv in page.cuh); 16 is the one its docstrings and tests use
 most. FlashInfer has no backward. Needs flashinfer and a CUDA GPU. The batch decode wrapper is
 not used: the prefill wrapper takes Tq = 1 rows as well, and one code path is one thing to

@@ -22,12 +22,14 @@ Copied from flashinfer-ai/flashinfer @fb28d724 (0.6.18):
   AppendPagedKVCacheKernel); kv_last_page_len is not read by it;
 - get_batch_indices_positions: positions = seq_len - (append_indptr[b+1] - i) for entry i of
   row b (triton/page.py), so seq_lens counts the tokens after the append.
+- lse in base 2 and a row with no key giving o 0, lse -inf (attention/prefill.cuh, FA2
+  backend: lse = log2(d) + m from init_states' m = -inf, d = 1).
 Guessed, not read: the bottom-right causal corner and window_left's meaning in the batch kernel
-(taken from the single-prefill docstring and the wrapper's custom-mask example); a row with no
-keys gives o 0 and lse -inf (as the single-prefill kernel's tests check); where the
+(taken from the single-prefill docstring and the wrapper's custom-mask example); where the
 num_qo_heads % num_kv_heads check happens (here in plan); the soft cap applied to the scaled
-logits; lse in base 2 (as single_prefill's docstring says); an index outside
-paged_kv_indices raising IndexError (the kernel would read out of bounds)."""
+logits; run() before plan() raising RuntimeError; an index outside paged_kv_indices raising
+IndexError (the kernel would read out of bounds); the split-kv merge and the FA3, cuDNN and
+trtllm-gen backends behaving as the FA2 path does."""
 
 from __future__ import annotations
 
