@@ -215,7 +215,9 @@ def configs(
     narrow (H <= 8, D <= 16); the rest favour the head dims kernels specialise on.
 
     `supported` (None: any): the (C, H) pairs the code under test handles; only those are
-    drawn (each as given, even outside the bounds).
+    drawn (each as given, even outside the bounds). The draws outside it are filtered out,
+    as the engine does (it suppresses Hypothesis's health checks): a short list needs
+    `suppress_health_check=[HealthCheck.filter_too_much]`.
 
     >>> configs(max_heads=4, max_width=64).example()  # doctest: +SKIP
     (12, 3)
