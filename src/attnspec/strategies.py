@@ -41,6 +41,8 @@ from .runner.strategies import (
     specs,
 )
 
+StrategyError.__module__ = __name__  # tracebacks name it where users import it from
+
 __all__ = ["KernelCase", "PaddedBatch", "StrategyError", "batch_sizes", "configs", "cut_points",
            "head_dims", "inputs", "invalid_configs", "kernel_cases", "kernel_lengths",
            "padded_batches", "seq_lengths", "specs"]

@@ -54,7 +54,7 @@ __all__ = ["PaddedBatch", "StrategyError", "batch_sizes", "configs", "cut_points
 
 class StrategyError(UsageError, InvalidArgument):
     """A strategy asked for what it cannot draw (min_value > max_value, a negative size, a
-    configuration whose n_embd n_head does not divide): raised when the strategy is made.
+    `supported` pair whose n_head does not divide n_embd): raised when the strategy is made.
 
     An `attnspec.UsageError` and a `hypothesis.errors.InvalidArgument` both; `option` names
     the argument, `value` is what was given.
