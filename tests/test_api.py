@@ -40,6 +40,31 @@ def test_public_api_is_pinned() -> None:
         attnspec.nope  # noqa: B018
 
 
+STRATEGIES = [
+    "KernelCase", "PaddedBatch", "StrategyError", "batch_sizes", "configs", "cut_points",
+    "head_dims", "inputs", "invalid_configs", "kernel_cases", "kernel_lengths",
+    "padded_batches", "seq_lengths", "specs",
+]
+
+
+def test_the_strategies_module_is_pinned() -> None:
+    import inspect
+
+    from attnspec import strategies
+
+    assert sorted(strategies.__all__) == STRATEGIES
+    public = {n for n, v in vars(strategies).items() if not n.startswith("_")
+              and n != "annotations" and not isinstance(v, types.ModuleType)}
+    assert public == set(STRATEGIES)
+    for name in STRATEGIES:  # documented, and (the functions) keyword-only, like Hypothesis's
+        value = getattr(strategies, name)
+        assert value.__doc__ and value.__module__.startswith("attnspec."), name
+        if inspect.isfunction(value):
+            kinds = {p.kind for p in inspect.signature(value).parameters.values()}
+            assert kinds <= {inspect.Parameter.KEYWORD_ONLY}, name
+            assert ">>> " in value.__doc__, f"{name}'s docstring has no example"
+
+
 def test_builtin_subjects_are_pinned() -> None:
     from attnspec import subjects
 

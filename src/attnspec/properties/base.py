@@ -216,10 +216,18 @@ class Context:
         return [result["out"] for _, result in zip(xs, self.collect(), strict=True)]
 
 
+def seeded_normal(seed: int, shape: tuple[int, ...], *, salt: int = 0, scale: float = 1.0,
+                  dtype: torch.dtype = torch.float32) -> Tensor:
+    """float64 N(0, 1) x scale from a generator seeded seed * 7919 + salt, then cast to dtype:
+    every example's inputs, and attnspec.strategies.inputs' (the same seed, the same tensor)."""
+    gen = torch.Generator().manual_seed(seed * 7919 + salt)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64) * scale
+    return x.to(dtype=dtype)
+
+
 def _inputs(ex: Example, salt: int = 0, shape: tuple[int, ...] | None = None) -> Tensor:
-    gen = torch.Generator().manual_seed(ex.seed * 7919 + salt)
-    x = torch.randn(shape or (ex.B, ex.T, ex.C), generator=gen, dtype=torch.float64) * ex.scale
-    return x.to(dtype=dtype_from_name(ex.dtype))
+    return seeded_normal(ex.seed, shape or (ex.B, ex.T, ex.C), salt=salt, scale=ex.scale,
+                         dtype=dtype_from_name(ex.dtype))
 
 
 def _reference_weights(ex: Example) -> dict[str, Tensor]:

@@ -249,6 +249,16 @@ def _padding(ex: Example, salt: int, *, need_padded: bool = True) -> list[int]:
     return lengths
 
 
+def padded_batch(ex: Example, side: str) -> tuple[Tensor, Tensor, list[int]]:
+    """padding_invariance's first batch: x (B, T, C) whose rows hold the real tokens on one
+    `side` and random values elsewhere, the key mask (B, T) (True at real tokens), and the
+    real lengths; attnspec.strategies.padded_batches draws these."""
+    lengths = _padding(ex, 13)
+    x, mask = _layout(_inputs(ex, salt=_BASE["padding_invariance"]), lengths, side,
+                      _fill(ex, "random", 6000))
+    return x, mask, lengths
+
+
 def _layout(real: Tensor, lengths: list[int], side: str, fill: Tensor,
             ) -> tuple[Tensor, Tensor]:
     """Rows of `real`'s first L tokens, padded on `side` with `fill`'s values; and the mask."""
@@ -306,7 +316,7 @@ def check_padding_invariance(ctx: Context, ex: Example) -> Outcome:
     notes = ["padding held finite values only (PADDING_VALUES = 'finite')"] if finite_only \
         else []
     real = _inputs(ex, salt=_BASE["padding_invariance"])
-    xa, mask = _layout(real, lengths, side, _fill(ex, "random", 6000))
+    xa, mask, _ = padded_batch(ex, side)
     xb, _ = _layout(real, lengths, side, _fill(ex, kind, 6001))
     xo, mask_o = _layout(real, lengths, other_side, _fill(ex, "random", 6002))
     steps = [{"op": "forward", "x": xa, "mask": mask}, {"op": "forward", "x": xb, "mask": mask},

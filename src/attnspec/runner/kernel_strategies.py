@@ -10,16 +10,30 @@ kernel takes both.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+import torch
 from hypothesis import assume
 from hypothesis import strategies as st
+from torch import Tensor
 
-from ..properties.kernel import KernelExample, KernelProperty
+from .._errors import ConfigError
+from ..properties.kernel import (
+    KERNEL_BY_ID,
+    KernelExample,
+    KernelProperty,
+    inputs,
+    reference,
+    sink_logits,
+    slopes,
+)
 from ..reference.config import divisors
-from ..reference.conventions import KernelConventions
-from .options import NARROW_HEAD_DIM, NARROW_HEADS
+from ..reference.conventions import KernelConventions, from_layout, to_layout
+from .options import HEAD_DIM_LIMIT, HEADS_LIMIT, KERNEL_MAX_SEQ, NARROW_HEAD_DIM, NARROW_HEADS
+from .strategies import SEEDS, _device, _dtype, _range, _refuse, _size
 
-__all__ = ["KERNEL_HEAD_DIMS", "kernel_examples", "kernel_lengths"]
+__all__ = ["KERNEL_HEAD_DIMS", "KernelCase", "kernel_cases", "kernel_examples",
+           "kernel_lengths"]
 
 # FlashAttention's test head dims (59 and 111 among them) and the sizes kernels specialise on.
 KERNEL_HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256)
@@ -29,8 +43,19 @@ NARROW_SEQ = 64  # a narrow example's longest sequence
 KERNEL_SHARE = 3  # one example in this many is wide where the bounds allow
 
 
-def kernel_lengths(max_value: int, min_value: int = 1) -> st.SearchStrategy[int]:
-    """Lengths around block boundaries, and anything in range."""
+def kernel_lengths(*, min_value: int | None = None, max_value: int | None = None,
+                   ) -> st.SearchStrategy[int]:
+    """Kernel sequence lengths (Tq, Tk) in min_value..max_value (defaults 1 and 256; 0 is
+    allowed: a call with no keys), weighted towards the block boundaries kernels tile by:
+    1 to 5, powers of two and their neighbours (63, 64, 65, 127, 128, 129, ...), and the odd
+    lengths 97, 113, 200, 239, 383, 799, 1000.
+
+    >>> kernel_lengths(max_value=512).example()  # doctest: +SKIP
+    129
+    """
+    min_value, max_value = _range("kernel_lengths", {"min_value": min_value,
+                                                     "max_value": max_value},
+                                  "kernel sequence lengths", 1, KERNEL_MAX_SEQ, lowest=0)
     special = {1, 2, 3, 4, 5, *_ODD_LENGTHS}
     power = 8
     while power - 1 <= max_value:
@@ -104,7 +129,7 @@ def _cache_examples(prop: KernelProperty, c: KernelConventions, pairs: list[tupl
             lambda f: f / D ** 0.5))) if c.has("scale") else None
         return KernelExample(
             B=B, H=H, G=G, Tq=Tq, Tk=Tk, D=D, dtype=dtype, device=device,
-            seed=draw(st.integers(0, 2**31 - 1)),
+            seed=draw(SEEDS),
             scale=draw(st.sampled_from(prop.input_scales)), causal=causal,
             softmax_scale=scale, softcap=softcap, cache_seqlens=lens, new_tokens=new,
             page_size=page)
@@ -147,7 +172,7 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
             prop.id == "window" and c.window == "left") \
             else draw(st.sampled_from((True, False) if prop.id == "window" else
                                       (True, True, True, False)))
-        Tq = draw(kernel_lengths(longest))
+        Tq = draw(kernel_lengths(max_value=longest))
         Tk = Tq
         if want_masked and cross:
             if c.causal == "bottom_right":
@@ -156,7 +181,7 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
             else:
                 Tk = 0
         elif cross and draw(st.integers(0, 3)):  # and Tk = Tq, self-attention, in one of four
-            Tk = draw(kernel_lengths(longest))
+            Tk = draw(kernel_lengths(max_value=longest))
         B = draw(st.integers(max(prop.min_batch, 1), 4 if not wide else max(prop.min_batch, 2)))
         while B * H * max(Tq, 1) * max(Tk, 1) > SCORE_BUDGET and B > prop.min_batch:
             B -= 1
@@ -191,10 +216,143 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
         cuts = draw(_cuts(Tq, Tk, shift, window)) if prop.cuts else ()
         return KernelExample(
             B=B, H=H, G=G, Tq=Tq, Tk=Tk, D=D, dtype=dtype, device=device,
-            seed=draw(st.integers(0, 2**31 - 1)),
+            seed=draw(SEEDS),
             scale=draw(st.sampled_from(prop.input_scales)) if len(prop.input_scales) > 1
             else prop.input_scales[0],
             causal=causal, softmax_scale=scale, window=window, softcap=softcap, alibi=alibi,
             sinks=sinks, lengths=lengths, cuts=cuts)
 
     return draw()
+
+
+@dataclass(frozen=True, eq=False)
+class KernelCase:
+    """One kernel call, drawn: q, k and v in `layout` (bhsd: q (B, H, Tq, D), k and v
+    (B, G, Tk, D); bshd: (B, Tq, H, D) and (B, Tk, G, D)), what the call uses (causal with
+    its `corner`, window, softcap, softmax_scale, ALiBi slopes, sinks) and `example`, the
+    engine's record of it (sizes, dtype, seed; its to_json() replays it)."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    layout: str
+    corner: str
+    example: KernelExample
+
+    @property
+    def causal(self) -> bool:
+        return self.example.causal
+
+    @property
+    def window(self) -> tuple[int | None, int | None] | None:
+        """(left, right), inclusive, None unbounded; None: no window."""
+        return self.example.window
+
+    @property
+    def softcap(self) -> float | None:
+        return self.example.softcap
+
+    @property
+    def softmax_scale(self) -> float | None:
+        """None: the kernel's default, 1/sqrt(D)."""
+        return self.example.softmax_scale
+
+    @property
+    def alibi_slopes(self) -> Tensor | None:
+        """(H,) float32 ALiBi slopes, or None (no ALiBi)."""
+        s = slopes(self.example)
+        return None if s is None else s.to(self.q.device)
+
+    @property
+    def sinks(self) -> Tensor | None:
+        """(H,) float32 sink logits, or None (no sinks)."""
+        s = sink_logits(self.example)
+        return None if s is None else s.to(self.q.device)
+
+    def reference(self, dtype: torch.dtype = torch.float64) -> tuple[Tensor, Tensor]:
+        """attnspec's kernel reference on this case, computed in `dtype` (default float64) on
+        the CPU: o in `layout` and the natural-log LSE (B, H, Tq) (-inf where a query sees no
+        key), as the oracle property compares them."""
+        q, k, v = (from_layout(t, self.layout).cpu() for t in (self.q, self.k, self.v))
+        o, lse, _ = reference(self.example, q, k, v, self.corner, dtype)
+        return to_layout(o, self.layout), lse
+
+
+def kernel_cases(*, layout: str | None = None, corner: str | None = None,
+                 window: str | None = None, features: Sequence[str] | None = None,
+                 dtype: torch.dtype | str | None = None, device: torch.device | str | None = None,
+                 max_seq: int | None = None, max_heads: int | None = None,
+                 max_head_dim: int | None = None, distinct: bool = True,
+                 ) -> st.SearchStrategy[KernelCase]:
+    """Kernel calls (`KernelCase`: q, k, v and what the call uses) as the oracle property
+    draws them for a kernel declaring these conventions (docs/design.md, the kernel protocol):
+
+    - `layout`: "bhsd" (default) or "bshd";
+    - `corner`: where causal attention anchors when Tq != Tk, "top_left" (default, SDPA's
+      is_causal) or "bottom_right" (FlashAttention's);
+    - `window`: how the kernel takes a sliding window, None (default: no window), "pair",
+      "pair_none" or "left"; cases then have a (left, right) window one time in four;
+    - `features`: what it takes beyond causal self-attention (default none): "gqa" (G < H),
+      "scale", "noncausal", "cross" (Tq != Tk), "softcap", "alibi", "sinks".
+
+    Sizes: H up to max_heads (default 32), D up to max_head_dim (default 256), Tq and Tk up
+    to max_seq (default 256) from `kernel_lengths`; two in three cases narrow (H <= 8,
+    D <= 16); B x H x Tq x Tk at most 2**20. `distinct` (default True): B, H, Tq and D pairwise
+    different, so that a layout mix-up cannot hide behind equal sizes. Inputs: float64
+    N(0, 1) x 1, 2 or 3 from the case's seed, cast to `dtype` (default float32) on `device`
+    (default "cpu").
+
+    >>> case = kernel_cases(layout="bshd", features=("gqa", "softcap")).example()
+    ... # doctest: +SKIP
+    >>> o, lse = case.reference()  # doctest: +SKIP
+    """
+    given: dict[str, object] = {
+        "layout": layout, "corner": corner, "window": window,
+        "features": features if features is None or isinstance(features, str)
+        else tuple(features), "dtype": dtype,
+        "device": device, "max_seq": max_seq, "max_heads": max_heads,
+        "max_head_dim": max_head_dim}
+    if not distinct:
+        given["distinct"] = distinct
+    what = "kernel cases"
+    name = _dtype("kernel_cases", given, what, dtype)
+    where = _device("kernel_cases", given, what, device)
+    longest = _size("kernel_cases", given, "max_seq", what, KERNEL_MAX_SEQ)
+    heads = _size("kernel_cases", given, "max_heads", what, 32)
+    dims = _size("kernel_cases", given, "max_head_dim", what, 256)
+    for option, value, limit in (("max_heads", heads, HEADS_LIMIT),
+                                 ("max_head_dim", dims, HEAD_DIM_LIMIT)):
+        if value > limit:
+            raise _refuse("kernel_cases", given, option, what, f"{option}={value} is above "
+                          f"{limit}, the most attnspec draws.")
+    if layout == "varlen":
+        raise _refuse("kernel_cases", given, "layout", what, "varlen packs sequences of their "
+                      "own lengths; kernel_cases draws the padded layouts, 'bhsd' and 'bshd'.")
+    if isinstance(features, str):
+        raise _refuse("kernel_cases", given, "features", what, "features is a tuple of "
+                      "names, not one string.")
+    try:
+        conventions = KernelConventions(
+            layout="bhsd" if layout is None else layout,
+            causal="top_left" if corner is None else corner, window=window,
+            features=() if features is None else tuple(features))
+    except ConfigError as error:  # said in the kernel protocol's names: say it in ours
+        why, option = str(error), "layout"
+        for declared, ours in (("LAYOUT = ", "layout"), ("CAUSAL = ", "corner"),
+                               ("WINDOW = ", "window"), ("FEATURES lists", "features")):
+            if why.startswith(declared):
+                why, option = why.replace(declared, f"{ours}=" if "=" in declared
+                                          else f"{ours} lists", 1), ours
+        raise _refuse("kernel_cases", given, option, what, why) from None
+    if distinct and heads == 1 and dims == 1:
+        raise _refuse("kernel_cases", given, "max_heads", what, "distinct=True needs H and D "
+                      "to differ, and max_heads=1 with max_head_dim=1 makes both 1.")
+    examples = kernel_examples(KERNEL_BY_ID["oracle"], conventions,
+                               dtypes={where.type: [name]}, max_seq=longest, max_heads=heads,
+                               max_head_dim=dims, distinct=distinct)
+
+    def make(ex: KernelExample) -> KernelCase:
+        q, k, v = (to_layout(t, conventions.layout).to(where) for t in inputs(ex))
+        return KernelCase(q, k, v, conventions.layout, conventions.causal, ex)
+
+    return examples.map(make)
