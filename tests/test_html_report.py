@@ -113,3 +113,33 @@ def test_chromium_renders_the_failure(failing: tuple[dict, str, Path]) -> None:
     assert 'data-property="causality"' in dom and 'class="fails"' in dom
     replay = data["properties"][0]["replay"]
     assert "--only causality --replay" in dom and replay.split("--replay")[0] in dom
+
+
+@pytest.mark.slow
+def test_plugin_writes_the_html_report(tmp_path: Path) -> None:
+    html = tmp_path / "plugin.html"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         "--attnspec-subject", str(BROKEN), "--attnspec-max-examples", "5",
+         "--attnspec-seed", "0", "--attnspec-html", str(html), "-k", "causality and not grad"],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
+    page = html.read_text()
+    assert "test_causality" not in page and "causality" in page
+    assert "attnspec-picture" in page and "class='fails'" in page and "--replay" in page
+
+
+def test_plot_replay_draws_the_window_picture(tmp_path: Path) -> None:
+    # window_one_too_wide: query i also sees key i - W, so cells (i, i - W) leak.
+    example = {"B": 1, "T": 6, "C": 8, "H": 2, "dtype": "float32", "device": "cpu", "seed": 3,
+               "cuts": [0], "scale": 1.0,
+               "spec": {"n_embd": 8, "n_head": 2, "window": 2}}
+    out = tmp_path / "w.svg"
+    run = subprocess.run(
+        [sys.executable, "-m", "attnspec", "plot", str(HERE / "broken" / "window_one_too_wide.py"),
+         "--only", "window", "--replay", json.dumps(example), "-o", str(out)],
+        capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    svg = out.read_text()
+    assert svg.startswith("<svg") and "data-property='window'" in svg
+    assert "wrote" in run.stdout and " 4 failing cells" in run.stdout  # (2,0) .. (5,3)

@@ -168,7 +168,7 @@ def render_html(report: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def attach_pictures(report: Any, options: Any = None) -> None:
+def attach_pictures(report: Any, options: Any = None, session: Any = None) -> None:
     """Draw the picture of each pictured failure of `report` (a Report whose target is a TARGET
     string), and of its largest violation: one Session, every example replayed in its worker."""
     from ..properties.pictures import PICTURED
@@ -179,11 +179,18 @@ def attach_pictures(report: Any, options: Any = None) -> None:
               and p.counterexample is not None]
     if not wanted or not isinstance(report.target, str):
         return
-    with Session(report.target, options or RunOptions(database=False)) as session:
-        for p in wanted:
-            p.picture = _json_safe(session.picture(p.id, p.counterexample))
-            if p.largest is not None:
-                p.largest["picture"] = _json_safe(session.picture(p.id, p.largest["example"]))
+    if session is not None:  # the run's own (the pytest plugin's), still open
+        _draw(session, wanted)
+        return
+    with Session(report.target, options or RunOptions(database=False)) as fresh:
+        _draw(fresh, wanted)
+
+
+def _draw(session: Any, wanted: list[Any]) -> None:
+    for p in wanted:
+        p.picture = _json_safe(session.picture(p.id, p.counterexample))
+        if p.largest is not None:
+            p.largest["picture"] = _json_safe(session.picture(p.id, p.largest["example"]))
 
 
 def _json_safe(data: dict[str, Any]) -> dict[str, Any]:
@@ -195,5 +202,15 @@ def _json_safe(data: dict[str, Any]) -> dict[str, Any]:
 
 def write_html(report: Any, path: str) -> None:
     """Write the HTML report of `report` (its JSON data) to `path`."""
+    write_pages([report.to_json()], path)
+
+
+def write_pages(reports: list[dict[str, Any]], path: str) -> None:
+    """Write the HTML reports of several JSON reports (a plugin run's subjects) as one file."""
+    pages = [render_html(r) for r in reports]
+    if len(pages) > 1:  # one document: the first page's head, every page's body
+        bodies = [p.split("<body>", 1)[1].rsplit("</body>", 1)[0] for p in pages]
+        pages = [pages[0].split("<body>", 1)[0] + "<body>" + "<hr>".join(bodies)
+                 + "</body></html>\n"]
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write(render_html(report.to_json()))
+        handle.write(pages[0] if pages else render_html({"target": "(nothing collected)"}))
