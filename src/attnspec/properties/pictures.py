@@ -11,6 +11,7 @@ from torch import Tensor
 
 from . import tolerance as tol
 from .base import _BASE, Context, Example, SubjectFault, _finite, _inputs, _jitter, _outputs
+from .kernel import KernelExample
 
 __all__ = ["PICTURED", "picture"]
 
@@ -99,7 +100,7 @@ def _oracle(ctx: Context, ex: Example) -> dict[str, Any]:
                        f"error + floor), B={ex.B}, T={ex.T}, C={ex.C}; > 1 (red) fails."}
 
 
-def picture(ctx: Context, prop: str, ex: Example) -> dict[str, Any]:
+def picture(ctx: Context, prop: str, ex: Example | KernelExample) -> dict[str, Any]:
     """The picture's data for `prop` on `ex`, or {"error": why} where none could be drawn."""
     from . import _fitted_scale
 

@@ -999,8 +999,7 @@ class Session:
             self._start_twin()
         twin = self._twin_worker if self.isolated else None
         with self._judging():
-            ctx = Context(_Counted(self.executor), None, twin)  # type: ignore[arg-type]
-            return picture(ctx, prop, ex)
+            return picture(Context(_Counted(self.executor), None, twin), prop, ex)
 
     def _one(self, prop: str, ex: Example | KernelExample, state: _State) -> Outcome | None:
         state.examples += 1
