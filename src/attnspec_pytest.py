@@ -47,6 +47,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--attnspec-worker-user", default=None, metavar="USER",
                     help="run the subject's worker and ranks as USER (pytest must run as "
                          "root): the subject then cannot reach pytest's memory or files")
+    group.addoption("--attnspec-html", default=None, metavar="FILE.html",
+                    help="write an HTML report (one file per run: every subject) with a picture "
+                         "of each failure (not under xdist's -n)")
     group.addoption("--attnspec-seed", type=int, default=None, metavar="N",
                     help="the same seed draws the same examples")
 

@@ -87,7 +87,14 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_verify_parser(sub)
 
-    plot = sub.add_parser("plot", help="draw every head's attention weights side by side")
+    plot = sub.add_parser("plot", help="draw every head's attention weights side by side; "
+                          "with TARGET --only P --replay JSON, a failure's picture (SVG)")
+    plot.add_argument("target", nargs="?", metavar="TARGET",
+                      help="a failure's subject: replay its example and draw where it fails")
+    plot.add_argument("--only", metavar="PROPERTY", help="the failing property (with TARGET)")
+    plot.add_argument("--replay", metavar="JSON", help="the example, as the replay command "
+                      "gives it (with TARGET)")
+    plot.add_argument("--timeout", type=float, default=30.0, help="seconds per request (30)")
     plot.add_argument("--n-embd", type=int, default=12, help="C (12)")
     plot.add_argument("--n-head", type=int, default=3, help="H (3)")
     plot.add_argument("--seq", type=_positive, default=4, help="T (4)")
@@ -112,8 +119,44 @@ def _trace(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _plot_replay(args: argparse.Namespace) -> int:
+    """`attnspec plot TARGET --only P --replay JSON -o FILE.svg`: a failure's picture."""
+    from ..properties.pictures import PICTURED
+    from ..runner.engine import Session
+    from ..runner.options import RunOptions
+    from .html_report import _json_safe, render_svg
+    from .verify_cli import _replay_object
+
+    if not args.only or not args.replay:
+        raise UsageError(f"attnspec plot {args.target}: a failure's picture needs --only "
+                         "PROPERTY and --replay JSON, as its replay command gives them.")
+    if args.only not in PICTURED:
+        raise UsageError(f"attnspec plot --only {args.only}: no picture for this property; "
+                         f"pictures are drawn for {', '.join(PICTURED)}.")
+    output = "failure.svg" if args.output == "heads.png" else args.output
+    if not output.endswith(".svg"):
+        raise UsageError(f"attnspec plot --output {output!r}: a failure's picture is SVG; "
+                         "give a name ending in .svg.")
+    example = _replay_object(args.replay)
+    options = RunOptions(device=str(example.get("device", "cpu")),
+                         dtypes=(str(example.get("dtype", "float32")),),
+                         timeout=args.timeout, database=False)
+    with Session(args.target, options) as session:
+        data = _json_safe(session.picture(args.only, example))
+    if "error" in data:
+        raise UsageError(f"attnspec plot {args.target} --only {args.only}: {data['error']}")
+    with open(output, "w", encoding="utf-8") as handle:
+        handle.write(render_svg(data) + "\n")
+    print(f"wrote {output}: {data['failing']} failing cells; {data['caption']}",
+          file=_SafeStream(sys.stdout))
+    return EXIT_OK
+
+
 def _plot(args: argparse.Namespace) -> int:
     from .plot import plot_heads
+
+    if args.target is not None:
+        return _plot_replay(args)
 
     path = plot_heads(args.n_embd, args.n_head, spec=_spec_of(args), seq=args.seq,
                       batch=args.batch, batch_row=args.batch_row, seed=args.seed,

@@ -76,6 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(in_flags(error, _FLAGS)) from None
     config.stash[_SESSIONS] = {}
     _VERDICTS.clear()
+    _RESULTS.clear()
     # The suite is this file's items: collected beside the paths given, or alone.
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         config.args.append(str(_HERE))
@@ -130,7 +131,31 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(line, red=True)
 
 
+# Each TARGET's PropertyResults, in the process that ran them, for --attnspec-html.
+_RESULTS: dict[str, list[Any]] = {}
+
+
+def _write_html(config: pytest.Config, path: str) -> None:
+    """The HTML report of every TARGET this process checked, pictures drawn in its session."""
+    from ..runner.report import Report
+    from .html_report import attach_pictures, write_pages
+
+    reports = []
+    for target, results in _RESULTS.items():
+        session = config.stash[_SESSIONS].get(target)
+        live = None if isinstance(session, str) else session
+        report = Report(target=target, header={} if live is None else live.header(),
+                        properties=results, partial=False)
+        attach_pictures(report, session=live)
+        reports.append(report.to_json())
+    write_pages(reports, path)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    html = session.config.getoption("--attnspec-html", None)
+    if html and _SESSIONS in session.config.stash and not hasattr(session.config,
+                                                                  "workerinput"):
+        _write_html(session.config, html)
     if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
         return
     # A run that checked nothing is not a pass: the TARGET's or the options' error.
@@ -255,6 +280,7 @@ class _PropertyItem(pytest.Item):
                                   "as the other kind: say PROTOCOL = \"kernel\" at the top "
                                   "level of its file, as a constant, for the plugin to see it")
         result = session.run(self.prop)
+        _RESULTS.setdefault(self.target, []).append(result)
         self.user_properties.append((_VERDICT_KEY, {
             "target": self.target, "property": self.prop, "verdict": result.verdict,
             "message": result.message}))

@@ -273,6 +273,9 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--report", metavar="FILE.json",
                         help="write a JSON report (atomically; once, plainly, to a device or "
                              "pipe)")
+    verify.add_argument("--html", metavar="FILE.html",
+                        help="write an HTML report (one self-contained file) with a picture of "
+                             "each failure, replayed against the subject")
     verify.add_argument("-x", "--exitfirst", action="store_true",
                         help="stop at the first property that does not pass")
     verify.add_argument("--replay", metavar="JSON",
@@ -285,6 +288,18 @@ def add_verify_parser(sub: Any) -> None:
                         help="for an hf:TYPE TARGET: eager, sdpa, flex_attention, or all "
                              "(each backend the model type runs here, one verify each, then "
                              "which properties' verdicts differ between them)")
+
+
+def _picture_options(args: argparse.Namespace) -> Any:
+    """The run's bounds for the pictures' session, so its replays are checked as the run's."""
+    from ..runner.options import RunOptions
+
+    dtypes = tuple(d.strip() for value in args.dtype or () for d in value.split(",")
+                   if d.strip())
+    return RunOptions(device=args.device, dtypes=dtypes or None, timeout=args.timeout,
+                      max_seq=args.max_seq, max_heads=args.max_heads,
+                      max_head_dim=args.max_head_dim, max_width=args.max_width,
+                      database=False, worker_user=args.worker_user)
 
 
 def _header(session_header: dict[str, Any], target: str) -> str:
@@ -455,6 +470,17 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
         return 128 + stop.signum if stop.signum else EXIT_INTERRUPTED
     finally:
         FRONT_END_FLAGS.reset(named)
+    if args.html:
+        from .html_report import attach_pictures, write_html
+
+        try:
+            attach_pictures(report, _picture_options(args))
+            if args.report and not plain:
+                _write_report(report, args.report)  # again, holding the pictures' data
+            write_html(report, args.html)
+        except (OSError, UsageError, TargetError) as error:
+            print(f"attnspec verify: the HTML report could not be written to {args.html!r}: "
+                  f"{printable(str(error))}", file=err)
     if plain:
         _write_report(report, args.report)
     # The verdicts decide the exit status, whatever became of stdout (`| head` closes it).

@@ -36,7 +36,10 @@ from .base import (
 from .yardsticks import _checked_weights, _yardstick_weights
 
 
-def check_oracle(ctx: Context, ex: Example) -> Outcome:
+def _oracle_run(ctx: Context, ex: Example,
+                ) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor, float, float]:
+    """oracle's measurement: x, the exported weights, the subject's output, the float64
+    golden, the yardstick and the scale (pictures.py draws the same numbers)."""
     x = _inputs(ex)
     (exported,) = ctx.request(ex, [{"op": "export"}])
     weights = _checked_weights(exported, ex)
@@ -47,8 +50,18 @@ def check_oracle(ctx: Context, ex: Example) -> Outcome:
     yard = max(tol.max_abs_diff(_reference(x, weights, ex), golden)[0],
                tol.max_abs_diff(reordered, golden)[0])
     (out,) = ctx.collect_forwards(ex, [x])
+    return x, weights, out, golden, yard, float(golden.abs().max())
+
+
+def oracle_parts(ctx: Context, ex: Example) -> tuple[Tensor, Tensor, Tensor, float]:
+    """x, the subject's output, the golden and the rule's allowance, as oracle judges them."""
+    x, _, out, golden, yard, scale = _oracle_run(ctx, ex)
+    return x, out, golden, tol.allowed(yard, ex.dtype, scale)
+
+
+def check_oracle(ctx: Context, ex: Example) -> Outcome:
+    x, weights, out, golden, yard, scale = _oracle_run(ctx, ex)
     err, index = tol.max_abs_diff(out, golden)
-    scale = float(golden.abs().max())
     allowed = tol.allowed(yard, ex.dtype, scale)
     if err > allowed:
         precision = _only_float32_accurate(ex, err, lambda: tol.max_abs_diff(

@@ -582,6 +582,8 @@ class Session:
             "max_head_dim": self.sizes[1], "max_width": self.sizes[2],
             "world_sizes": list(self.options.world_sizes or self.info.world_sizes),
             "isolated": self.isolated,
+            "host": {"cpu": _cpu_model(), "cores": os.cpu_count(),
+                     "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
             "isolation": {"subreaper": self.subreaper, "dumpable": is_dumpable(),
                           "worker_user": None if self.user is None else self.user.name},
         }
@@ -984,6 +986,21 @@ class Session:
             state.last = state.failures[-1]
         return self._result(prop, state, time.perf_counter() - start)
 
+    def picture(self, prop: str, example: Example | KernelExample | dict[str, Any],
+                ) -> dict[str, Any]:
+        """A failure's picture data (properties/pictures.py): the example replayed against the
+        subject in its worker (and its twin, for the self-comparisons)."""
+        from ..properties.pictures import picture
+
+        ex = example if isinstance(example, Example | KernelExample) else \
+            self.replay_example(prop, example)
+        self._twin_wait = True
+        if prop in self.twinned:
+            self._start_twin()
+        twin = self._twin_worker if self.isolated else None
+        with self._judging():
+            return picture(Context(_Counted(self.executor), None, twin), prop, ex)
+
     def _one(self, prop: str, ex: Example | KernelExample, state: _State) -> Outcome | None:
         state.examples += 1
         counted = _Counted(self.executor)
@@ -1155,6 +1172,18 @@ class Session:
         if progress is not None:
             progress(prop, result.examples, total, result)
         return result
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else platform's word for it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _installed(distribution: str) -> str:

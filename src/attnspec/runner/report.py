@@ -50,6 +50,8 @@ class PropertyResult:
     # The largest violation seen among all examples (measured, allowed, message, example), so a
     # leak that shrinking squashed to noise size still reads as the leak it was.
     largest: dict[str, Any] | None = None
+    # A failure's picture (properties/pictures.py), drawn by --html or `attnspec plot --replay`.
+    picture: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
