@@ -359,6 +359,9 @@ def run_verify(args: argparse.Namespace) -> int:
             # kept, so the report lines printed stay true: one JSON per backend
             stem, ext = os.path.splitext(args.report or os.path.join(str(scratch), "r.json"))
             one.report = f"{stem}@{target.rpartition('@')[2]}{ext or '.json'}"
+            if getattr(args, "html", None):  # and one page each: FILE@BACKEND.html
+                stem, ext = os.path.splitext(args.html)
+                one.html = f"{stem}@{target.rpartition('@')[2]}{ext or '.html'}"
         report_path = one.report
         codes[target] = _run_one(one)
         if report_path and os.path.isfile(report_path):
