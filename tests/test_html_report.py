@@ -143,3 +143,25 @@ def test_plot_replay_draws_the_window_picture(tmp_path: Path) -> None:
     svg = out.read_text()
     assert svg.startswith("<svg") and "data-property='window'" in svg
     assert "wrote" in run.stdout and " 4 failing cells" in run.stdout  # (2,0) .. (5,3)
+
+
+@pytest.mark.slow
+def test_padding_picture_marks_the_real_tokens_the_padding_reaches(tmp_path: Path) -> None:
+    # The mask applied to queries, not keys: every real token attends to the padding.
+    report = tmp_path / "r.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "attnspec", "verify", str(HERE / "broken" /
+                                                          "padding_mask_on_queries.py"),
+         "--only", "padding_invariance", "--max-examples", "10", "--seed", "0",
+         "--no-database", "--no-progress", "--report", str(report), "--html",
+         str(tmp_path / "r.html")], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 1, run.stdout + run.stderr
+    (prop,) = json.loads(report.read_text())["properties"]
+    for picture in (prop["picture"], prop["largest"]["picture"]):
+        cells, values = picture["cells"], picture["values"]
+        reached = [(b, t) for b, row in enumerate(cells) for t, kind in enumerate(row)
+                   if kind == "r" and (values[b][t] is None or values[b][t] > 0)]
+        padding_marked = [(b, t) for b, row in enumerate(cells) for t, kind in enumerate(row)
+                          if kind == "p" and values[b][t] != 0]
+        assert reached and picture["failing"] == len(reached) and not padding_marked
+    assert "data-property='padding_invariance'" in (tmp_path / "r.html").read_text()

@@ -96,7 +96,7 @@ def render_svg(data: dict[str, Any], ident: str = "p") -> str:
                f"({_e(data.get('failing', 0))} cells)</text>"
                f"<rect x='{MARGIN_LEFT + 110}' y='{legend}' width='12' height='12' "
                f"fill='url(#{hatch})'/><text x='{MARGIN_LEFT + 126}' y='{legend + 10}'>"
-               "must not see, within allowance</text>"
+               f"{_e(data.get('hatched', 'must not see, within allowance'))}</text>"
                f"<rect x='{MARGIN_LEFT}' y='{legend + 18}' width='12' height='12' "
                f"fill='{_blue(0.8)}'/><text x='{MARGIN_LEFT + 16}' y='{legend + 28}'>"
                f"{'within allowance (darker: nearer 1)' if ratio_kind else seen}</text>")
@@ -156,7 +156,9 @@ def render_html(report: dict[str, Any]) -> str:
             parts.append(_figure(p["picture"], f"f{n}"))
         big = p.get("largest")
         if big:
-            parts.append(f"<p>largest violation seen: {_e(big.get('measured'))} (allowed "
+            measured = big.get("measured")  # JSON null: not finite (inf or NaN)
+            parts.append(f"<p>largest violation seen: "
+                         f"{_e('inf' if measured is None else measured)} (allowed "
                          f"{_e(big.get('allowed'))})</p><pre class='replay'>"
                          f"{_e(big.get('replay'))}</pre>")
             if big.get("picture"):

@@ -15,7 +15,7 @@ from .kernel import KernelExample
 
 __all__ = ["PICTURED", "picture"]
 
-PICTURED = ("causality", "window", "oracle")
+PICTURED = ("causality", "window", "oracle", "padding_invariance")
 # Cells per axis beyond which neighbouring positions or channels are binned (by their max).
 MAX_CELLS = 64
 
@@ -100,6 +100,42 @@ def _oracle(ctx: Context, ex: Example) -> dict[str, Any]:
                        f"error + floor), B={ex.B}, T={ex.T}, C={ex.C}; > 1 (red) fails."}
 
 
+def _padding(ctx: Context, ex: Example) -> dict[str, Any]:
+    """Batch row x position: how far each output moved when only the padding's values
+    changed, with the property's own side, lengths and fill; real tokens must not move."""
+    from .base import _info, _rng
+    from .inference import _FILLS, _fill, _layout, _padding, padded_batch
+
+    if ex.T < 2:
+        raise SubjectFault("T=1: no room for padding, so nothing to draw")
+    rng = _rng(ex, 12)  # the same draws, in the same order, as check_padding_invariance
+    lengths, side = _padding(ex, 13), rng.choice(("left", "right"))
+    fills = _FILLS[:2] if _info(ctx, "padding_values", "any") == "finite" else _FILLS
+    kind = rng.choice(fills)
+    real = _inputs(ex, salt=_BASE["padding_invariance"])
+    xa, mask, _ = padded_batch(ex, side)
+    xb, _ = _layout(real, lengths, side, _fill(ex, kind, 6001))
+    ctx.submit_apart(ex, [{"op": "forward", "x": xa, "mask": mask}],
+                     [{"op": "forward", "x": xb, "mask": mask}])
+    mine, theirs = ctx.collect_apart()
+    (a,), (b,) = _outputs([xa], mine), _outputs([xb], theirs)
+    grid = _diff(b, a).amax(dim=-1)  # (B, T)
+    grid = torch.where(mask, grid, torch.zeros_like(grid))  # padding's own outputs are free
+    cells = ["".join("r" if bool(mask[i, t]) else "p" for t in range(ex.T))
+             for i in range(ex.B)]
+    return {"kind": "reach", "property": "padding_invariance", "rows": "batch row b",
+            "cols": "position t", "row_ticks": [str(i) for i in range(ex.B)],
+            "col_ticks": [str(t) for t in range(ex.T)], "values": grid.tolist(),
+            "cells": cells, "judged": "r", "allowed": 0.0,
+            "hatched": "padding, or a real token that did not move",
+            "failing": int((grid[mask] > 0).sum()),
+            "caption": f"max over channels of |output moved| at each real token when only the "
+                       f"padding's values changed ({side}-padded, real lengths {lengths}, fill "
+                       f"{kind}, B={ex.B}, T={ex.T}, {ex.dtype}); hatched: padding; real tokens "
+                       f"must not move at all (the property's exact comparison). Red: a real "
+                       f"token the padding reaches."}
+
+
 def picture(ctx: Context, prop: str, ex: Example | KernelExample) -> dict[str, Any]:
     """The picture's data for `prop` on `ex`, or {"error": why} where none could be drawn."""
     from . import _fitted_scale
@@ -108,6 +144,8 @@ def picture(ctx: Context, prop: str, ex: Example | KernelExample) -> dict[str, A
         return {"error": f"no picture for {prop} yet (pictures: {', '.join(PICTURED)})"}
     try:
         ex, _ = _fitted_scale(ctx, ex)  # the inputs the property itself ran on
+        if prop == "padding_invariance":
+            return _padding(ctx, ex)
         return _oracle(ctx, ex) if prop == "oracle" else _reach(ctx, ex, prop)
     except SubjectFault as fault:
         return {"error": f"the picture could not be drawn: {fault}"}
