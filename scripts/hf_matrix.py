@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -138,16 +137,14 @@ def main() -> int:
     for model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         if model_type not in hf.model_types():
             refused[model_type] = hf.family_refusal(model_type)
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from attnspec.runner.engine import _cpu_model  # the reports' own CPU name
+
+    cpu = _cpu_model()
+    dtypes = sorted({str(d).removeprefix("torch.") for t in types
+                     for d in hf.subject(t, "eager").DTYPES})
     header = {"transformers": transformers.__version__, "torch": torch.__version__,
               "attnspec": attnspec.__version__, "profile": args.profile, "seed": str(args.seed),
+              "dtypes": ", ".join(dtypes) + " (each model type's DTYPES)",
               "machine": f"{cpu}, {os.cpu_count()} cores, CPU only",
               "date": time.strftime("%Y-%m-%d"),
               "sweep": f"{time.perf_counter() - started:.0f} s for {len(types)} model types"}

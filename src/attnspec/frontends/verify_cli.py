@@ -334,8 +334,8 @@ def _hf_targets(args: argparse.Namespace) -> list[str] | None:
     model_type = args.target[len(HF_PREFIX):]
     try:
         backends, left_out = hf.runnable_backends(model_type)
-    except (KeyError, ImportError):
-        return [args.target]  # the load explains what is wrong with it
+    except (ValueError, ImportError):  # AdapterError: the load explains what is wrong
+        return [args.target]
     for backend, why in left_out.items():
         print(f"attnspec verify: --hf-backend all: {backend} left out ({why}).")
     return [f"{args.target}@{b}" for b in backends]

@@ -33,7 +33,8 @@ def locate(model: nn.Module) -> nn.Module:
 
 
 def rope_parameters(rope: RoPE) -> dict[str, Any]:
-    """transformers' rope_parameters for attnspec's RoPE and its scaling."""
+    """transformers' rope_parameters for attnspec's RoPE and its scaling (llama3, linear,
+    YaRN), with partial_rotary_factor; shared by every hf adapter."""
     out: dict[str, Any] = {"rope_type": "default", "rope_theta": rope.theta}
     out["partial_rotary_factor"] = rope.fraction
     scaling = rope.scaling
@@ -50,6 +51,9 @@ def rope_parameters(rope: RoPE) -> dict[str, Any]:
                 "original_max_position_embeddings": scaling.original_max_position}
         if scaling.attention_factor is not None:
             out["attention_factor"] = scaling.attention_factor
+    elif scaling is not None:  # dynamic NTK's cache semantics differ from attnspec's
+        raise ValueError(f"attnspec's {type(scaling).__name__} RoPE scaling has no mapping to "
+                         "transformers' rope_parameters (llama3, linear and YaRN do).")
     return out
 
 

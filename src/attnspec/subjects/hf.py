@@ -318,7 +318,12 @@ def backends_of(model_type: str) -> tuple[str, ...]:
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    cls = getattr(transformers, MODEL_MAPPING_NAMES[model_type])
+    name = MODEL_MAPPING_NAMES.get(model_type)
+    if name is None or not hasattr(transformers, name):
+        raise AdapterError(f"hf:{model_type}: transformers {transformers.__version__} has no "
+                           f"base model class for this model type (MODEL_MAPPING_NAMES "
+                           f"gives {name!r}), so the adapter cannot build it.")
+    cls = getattr(transformers, name)
     flags = {"eager": True, "sdpa": getattr(cls, "_supports_sdpa", False),
              "flex_attention": getattr(cls, "_supports_flex_attn", False)}
     return tuple(b for b in BACKENDS if flags[b])

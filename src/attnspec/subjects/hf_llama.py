@@ -7,12 +7,11 @@ mask and position ids. Needs `pip install attnspec[hf]`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..reference.spec import AttentionSpec, LinearScaling, Llama3Scaling, RoPE, YaRN
+from ..reference.spec import AttentionSpec, RoPE
 
 try:
     from transformers import LlamaConfig
@@ -24,6 +23,7 @@ try:
     from ._hf import decode_padded as decode_padded
     from ._hf import padded as padded
     from ._hf import shifted as shifted
+    from ._hf_families import rope_parameters
 except ImportError as error:  # the TARGET loader turns this into a one-line exit-2 message
     raise ImportError("attnspec.subjects.hf_llama needs transformers: "
                       "pip install 'attnspec[hf]'") from error
@@ -50,28 +50,6 @@ def supports(spec: AttentionSpec) -> bool:
     return (isinstance(rope, RoPE) and rope.fraction == 1.0 and not rope.interleaved
             and spec.window is None and spec.scale is None and spec.softcap is None
             and spec.n_embd % spec.n_head == 0)
-
-
-def rope_parameters(rope: RoPE) -> dict[str, Any]:
-    """transformers' rope_parameters for attnspec's RoPE and its scaling (llama3, linear, YaRN;
-    dynamic NTK's cache semantics differ from attnspec's, so it is not mapped)."""
-    out: dict[str, Any] = {"rope_type": "default", "rope_theta": rope.theta}
-    scaling = rope.scaling
-    if isinstance(scaling, Llama3Scaling):
-        out |= {"rope_type": "llama3", "factor": scaling.factor,
-                "low_freq_factor": scaling.low_freq_factor,
-                "high_freq_factor": scaling.high_freq_factor,
-                "original_max_position_embeddings": scaling.original_max_position}
-    elif isinstance(scaling, LinearScaling):
-        out |= {"rope_type": "linear", "factor": scaling.factor}
-    elif isinstance(scaling, YaRN):
-        out |= {"rope_type": "yarn", "factor": scaling.factor, "beta_fast": scaling.beta_fast,
-                "beta_slow": scaling.beta_slow,
-                "original_max_position_embeddings": scaling.original_max_position}
-    elif scaling is not None:
-        raise ValueError(f"hf_llama maps no {type(scaling).__name__} RoPE scaling to "
-                         "transformers' rope_parameters (llama3, linear and YaRN it does).")
-    return out
 
 
 class HFLlamaAttention(HFDecoderAttention):
