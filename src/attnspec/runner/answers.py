@@ -146,9 +146,8 @@ class _Result:
             self.plain("type" if op == "refuses" else "message", str,
                        optional=op == "shard_refuses")
 
-    def kernel(self, device: str | None, layout: bool) -> None:
-        """A kernel call's o (the declared shape, q's dtype, the device), its LSE where
-        declared, gradients of q's, k's and v's shapes, and the inputs as the call left them."""
+    def _out_and_lse(self) -> tuple[Tensor | None, str, Tensor | None]:
+        """A kernel answer's o, its device, and its LSE (a floating tensor) where sent."""
         out = self.tensor("out")
         where = self.plain("device", str)
         lse = self.tensor("lse", optional=True)
@@ -156,6 +155,12 @@ class _Result:
             raise BadAnswer(f"{self.what} has 'lse' of dtype {lse.dtype}, not a floating "
                             "tensor.")
         self.plain("lse_grad", bool)
+        return out, where, lse
+
+    def kernel(self, device: str | None, layout: bool) -> None:
+        """A kernel call's o (the declared shape, q's dtype, the device), its LSE where
+        declared, gradients of q's, k's and v's shapes, and the inputs as the call left them."""
+        out, where, lse = self._out_and_lse()
         step = self.step
         grads = {g: self.tensor(g, optional=True) for g in ("dq", "dk", "dv") if g in self.result}
         if step.get("inputs_after"):
@@ -188,13 +193,7 @@ class _Result:
     def kernel_cache(self, device: str | None) -> None:
         """A cache call's o (the declared shape, q's dtype, the device), its LSE where
         declared, and k_cache and v_cache after the call, of the shapes and dtype sent."""
-        out = self.tensor("out")
-        where = self.plain("device", str)
-        lse = self.tensor("lse", optional=True)
-        if lse is not None and not lse.is_floating_point():  # tensor() also lets masks through
-            raise BadAnswer(f"{self.what} has 'lse' of dtype {lse.dtype}, not a floating "
-                            "tensor.")
-        self.plain("lse_grad", bool)
+        out, where, lse = self._out_and_lse()
         step = self.step
         assert out is not None
         problems = []
