@@ -23,7 +23,8 @@ QUICK_BROKEN = 4
 CUDA_ONLY = {"device_agreement"}
 
 
-def _verify_once(target: str, cfg: Config, *, exitfirst: bool = False) -> dict[str, Any]:
+def _verify_once(target: str, cfg: Config, *, exitfirst: bool = False,
+                 workers: int | None = None) -> dict[str, Any]:
     """One `attnspec.verify` call, timed from the call until it returns."""
     import attnspec
     from attnspec import TargetError
@@ -38,13 +39,15 @@ def _verify_once(target: str, cfg: Config, *, exitfirst: bool = False) -> dict[s
 
     try:
         report = attnspec.verify(target, profile=cfg.profile, database=False, seed=0,
-                                 device=cfg.device, exitfirst=exitfirst, progress=progress)
+                                 device=cfg.device, exitfirst=exitfirst, progress=progress,
+                                 workers=workers)
     except TargetError as error:
         return {"error": str(error)}
     wall = time.perf_counter() - start
     props = {p.id: {"verdict": p.verdict, "examples": p.examples, "seconds": p.seconds,
                     "forwards_per_example": p.forwards_per_example} for p in report.properties}
-    return {"wall": wall, "ok": report.ok, "properties": props, "first_rejection": first or None}
+    return {"wall": wall, "ok": report.ok, "properties": props, "first_rejection": first or None,
+            "workers": report.header.get("workers")}
 
 
 def _cli_once(cfg: Config) -> float:
@@ -398,3 +401,107 @@ def scaling(cfg: Config) -> dict[str, Any]:
               ["property", *(f"max_seq={m}" for m in SCALING_MAX_SEQ)], matrix),
     ]
     return {"tables": tables, "goals": [], "data": data}
+
+
+# ---- section 13 -----------------------------------------------------------------------------
+
+WORKERS_TARGETS = ("attnspec.subjects.reference", "attnspec.subjects.kernel_sdpa")
+
+
+def _cli_workers(cfg: Config, target: str, workers: int) -> dict[str, Any]:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "attnspec", "verify", target, "--profile", cfg.profile,
+               "--no-database", "--seed", "0", "--device", cfg.device, "--no-progress",
+               "--workers", str(workers)]
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    return {"wall": time.perf_counter() - start, "exit": done.returncode}
+
+
+def workers(cfg: Config) -> dict[str, Any]:
+    """One runner against two, side by side: default verifies from the shell, and the time to
+    reject each module of tests/broken/ (exitfirst), in the same run, order alternating."""
+    runs = cfg.kernel_runs or cfg.pick(5, 1)
+    walls: dict[tuple[str, int], list[float]] = {(t, w): [] for t in WORKERS_TARGETS
+                                                 for w in (1, 2)}
+    exits: set[int] = set()
+    for r in range(runs):
+        for target in WORKERS_TARGETS:
+            for w in ((1, 2) if r % 2 == 0 else (2, 1)):
+                cfg.log(f"  workers round {r + 1}/{runs}: {target} --workers {w}")
+                done = _cli_workers(cfg, target, w)
+                walls[(target, w)].append(done["wall"])
+                exits.add(done["exit"])
+    rows = []
+    data: dict[str, Any] = {"runs": runs, "exits": sorted(exits), "verify": {}}
+    for target in WORKERS_TARGETS:
+        one, two = walls[(target, 1)], walls[(target, 2)]
+        ratio = paired_ratio(two, one)
+        data["verify"][target] = {"one": one, "two": two, "ratio": ratio}
+        rows.append([f"`attnspec verify {target}`", f"{median(one):.2f}", f"{median(two):.2f}",
+                     ratio_text(ratio, 2), ", ".join(f"{x:.1f}" for x in one),
+                     ", ".join(f"{x:.1f}" for x in two)])
+    paths = sorted(p for p in glob.glob(os.path.join(ROOT, "tests", "broken", "*.py"))
+                   if not os.path.basename(p).startswith("_"))
+    paths = [p for p in paths if not (_expected(p) and set(_expected(p) or []) <= CUDA_ONLY)]
+    if cfg.quick:
+        paths = paths[:QUICK_BROKEN]
+    reject: dict[int, list[float]] = {1: [], 2: []}
+    differ: list[str] = []  # rejected with one runner and not with two, or the other way
+    raced: list[str] = []  # rejected first by another property: with -x both runners race
+    for i, path in enumerate(paths):
+        rel = os.path.relpath(path, ROOT)
+        seen = {}
+        for w in ((1, 2) if i % 2 == 0 else (2, 1)):
+            cfg.log(f"  workers: reject {rel} (--workers {w})")
+            seen[w] = _verify_once(rel, cfg, exitfirst=True, workers=w)
+        if any("error" in run for run in seen.values()):
+            differ.append(f"{os.path.basename(path)}: load error")
+            continue
+        for w in (1, 2):
+            reject[w].append(seen[w]["wall"])
+        firsts = {w: (seen[w]["first_rejection"] or {}).get("property") for w in (1, 2)}
+        if seen[1]["ok"] or seen[2]["ok"]:
+            differ.append(f"{os.path.basename(path)}: passed with "
+                          f"{'one runner' if seen[1]['ok'] else 'two runners'}")
+        elif firsts[1] != firsts[2]:
+            raced.append(f"{os.path.basename(path)} ({firsts[1]} / {firsts[2]})")
+    ratio = paired_ratio(reject[2], reject[1]) if reject[1] else None
+    data["broken"] = {"one": reject[1], "two": reject[2], "ratio": ratio, "differ": differ,
+                      "raced": raced, "modules": len(reject[1])}
+    goals = [
+        {"goal": "a default verify of the reference within 5 s on 2 idle cores",
+         "measured": f"{median(walls[(WORKERS_TARGETS[0], 2)]):.2f} s with two runners "
+                     f"(the default), {median(walls[(WORKERS_TARGETS[0], 1)]):.2f} s with one",
+         "status": status(median(walls[(WORKERS_TARGETS[0], 2)]) <= 5.0
+                          if cfg.profile == "default" else None)},
+        {"goal": "the catalogue's median rejection within 2 s (`-x`: one runner by default)",
+         "measured": (f"{median(reject[1]):.2f} s with one runner, {median(reject[2]):.2f} s "
+                      f"with two, over {len(reject[1])} modules" if reject[1] else "none ran"),
+         "status": status(bool(reject[1]) and median(reject[1]) <= 2.0
+                          if cfg.profile == "default" else None)},
+        {"goal": "a default verify of kernel_sdpa within 5 s on 2 idle cores",
+         "measured": f"{median(walls[(WORKERS_TARGETS[1], 2)]):.2f} s with two runners, "
+                     f"{median(walls[(WORKERS_TARGETS[1], 1)]):.2f} s with one",
+         "status": status(median(walls[(WORKERS_TARGETS[1], 2)]) <= 5.0
+                          if cfg.profile == "default" else None)},
+    ]
+    if reject[1]:
+        assert ratio is not None
+        rows.append([f"reject each of {len(reject[1])} tests/broken modules (`-x` with "
+                     "`--workers 1` / `2`, attnspec.verify(), median)", f"{median(reject[1]):.2f}",
+                     f"{median(reject[2]):.2f}", ratio_text(ratio, 2), "", ""])
+    tables = [table(
+        f"One runner (`--workers 1`) against two (`--workers 2`, the default), profile "
+        f"{cfg.profile}, seed 0, no database: medians of {runs} runs each, interleaved",
+        ["what", "one runner s", "two runners s", "two / one (paired, quartiles)",
+         "one runner walls", "two runners walls"], rows,
+        "Both columns are this code: `--workers 1` runs the properties one after another as "
+        "before lanes existed (and is what `-x` takes unless told otherwise). Modules rejected "
+        "by one and not the other: " + ("; ".join(differ) if differ else "none") + ". With "
+        "`-x` and two runners the first failure found is whichever runner's comes first: "
+        f"{len(raced)} modules were first rejected by another property than with one runner"
+        + (f" ({'; '.join(raced)})" if raced else "") + ".")]
+    return {"goals": goals, "tables": tables, "data": data}

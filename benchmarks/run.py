@@ -16,6 +16,7 @@ Sections (docs/benchmarks.md explains each and how to read the numbers):
   kernel_oracle  10. one oracle check at (B, H, T, D) = (2, 8, 256, 64), in process
   kernel_profile 11. cProfile of one default verify of kernel_sdpa: where the time goes
   hf_verify      12. a default `attnspec verify hf:TYPE@BACKEND` (transformers adapter)
+  workers        13. one runner against two: default verifies and the catalogue's rejections
 
 Writes PREFIX.md (tables) and PREFIX.json (everything, with the machine); PREFIX defaults to
 benchmarks/results (benchmarks/results-cuda with --device cuda). Both are rewritten after every
@@ -56,6 +57,7 @@ SECTIONS: dict[str, str] = {
     "kernel_oracle": "10. One kernel oracle check",
     "kernel_profile": "11. Where a kernel verify's time goes",
     "hf_verify": "12. Verdict speed on a transformers model type",
+    "workers": "13. One runner against two (--workers)",
 }
 ALIASES = {str(i): name for i, name in enumerate(SECTIONS, start=1)}
 
@@ -77,7 +79,7 @@ def _section(name: str) -> Callable[[Config], dict[str, Any]]:
         "kernel_broken": bench_kernels.kernel_broken,
         "kernel_oracle": bench_kernels.kernel_oracle,
         "kernel_profile": bench_kernels.kernel_profile,
-        "hf_verify": bench_hf.hf_verify,
+        "hf_verify": bench_hf.hf_verify, "workers": bench_verify.workers,
     }
     return functions[name]
 

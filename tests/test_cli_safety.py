@@ -324,12 +324,15 @@ def _running_with(*words: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_stop_signal_writes_an_interrupted_report(tmp_path: Path, signum: int) -> None:
+def test_stop_signal_writes_an_interrupted_report(tmp_path: Path, signum: int,
+                                                  workers: int) -> None:
     path = tmp_path / "r.json"
     process = subprocess.Popen(
         command("verify", "tests/faulty/slow.py", "--no-database", "--max-examples", "30",
-                "--only", "width,dtype,determinism", "--report", str(path)),
+                "--only", "width,dtype,determinism", "--report", str(path),
+                "--workers", str(workers)),
         cwd=HERE.parent, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
     first_verdict_written(path)  # the report is written from the start
@@ -343,9 +346,14 @@ def test_stop_signal_writes_an_interrupted_report(tmp_path: Path, signum: int) -
     saved = json.loads(path.read_text())
     assert saved["partial"] is True and saved["status"] == "interrupted"
     verdicts = [p["verdict"] for p in saved["properties"]]
-    assert verdicts == ["pass", "interrupted", "interrupted"], verdicts  # verdicts kept
-    assert saved["properties"][2]["message"].startswith(f"{name} came before its full pass")
-    assert saved["properties"][1]["message"].startswith(f"{name} after")
+    if workers == 1:
+        assert verdicts == ["pass", "interrupted", "interrupted"], verdicts  # verdicts kept
+        assert saved["properties"][2]["message"].startswith(f"{name} came before its full pass")
+        assert saved["properties"][1]["message"].startswith(f"{name} after")
+    else:  # which runner was where depends on timing; each names the signal all the same
+        assert set(verdicts) <= {"pass", "interrupted"} and "interrupted" in verdicts, verdicts
+        assert all(p["message"].startswith(name) for p in saved["properties"]
+                   if p["verdict"] == "interrupted")
     assert f"interrupted: {name} after" in stdout  # the verdict table so far
     assert f"interrupted by {name}; the report so far is in {path}, marked interrupted" in stderr
     assert "Traceback" not in stderr

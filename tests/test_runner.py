@@ -369,7 +369,8 @@ def test_ctrl_c_writes_a_partial_report(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "attnspec", "verify", "tests/faulty/slow.py", "--no-database",
-         "--max-examples", "30", "--only", "width,dtype,determinism", "--report", str(path)],
+         "--max-examples", "30", "--only", "width,dtype,determinism", "--report", str(path),
+         "--workers", "1"],  # one runner: the order below is one runner's (test_lanes.py: more)
         cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=_ctrl_c_answered)
     first_verdict_written(path)

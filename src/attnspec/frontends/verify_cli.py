@@ -202,7 +202,8 @@ FLAGS = {"only": "--only", "skip": "--skip", "device": "--device", "dtypes": "--
          "profile": "--profile", "max_examples": "--max-examples", "seed": "--seed",
          "timeout": "--timeout", "max_seq": "--max-seq", "report": "--report",
          "max_heads": "--max-heads", "max_head_dim": "--max-head-dim", "max_width": "--max-width",
-         "replay": "--replay", "world_sizes": "--world-sizes", "worker_user": "--worker-user"}
+         "replay": "--replay", "world_sizes": "--world-sizes", "worker_user": "--worker-user",
+         "workers": "--workers"}
 """verify()'s parameters, as the command line spells them."""
 
 
@@ -276,6 +277,10 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--html", metavar="FILE.html",
                         help="write an HTML report (one self-contained file) with a picture of "
                              "each failure, replayed against the subject")
+    verify.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="runners checking properties at once, each with its own worker "
+                             "(default: 2 where 2 cores are free to this process, else 1; 1 "
+                             "with -x)")
     verify.add_argument("-x", "--exitfirst", action="store_true",
                         help="stop at the first property that does not pass")
     verify.add_argument("--replay", metavar="JSON",
@@ -445,7 +450,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
             seed=args.seed, timeout=args.timeout, max_seq=args.max_seq,
             max_heads=args.max_heads, max_head_dim=args.max_head_dim, max_width=args.max_width,
             world_sizes=_world_sizes(args.world_sizes), report=None if plain else args.report,
-            worker_user=args.worker_user,
+            worker_user=args.worker_user, workers=args.workers,
             progress=progress,
             exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
             on_start=on_start,

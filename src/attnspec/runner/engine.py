@@ -48,6 +48,7 @@ from .isolation import (
     stop_subreaper,
     sweep,
 )
+from .lanes import Lane, Passes, fork_unsafe_reason
 from .options import (
     KERNEL_MAX_SEQ,
     MAX_HEAD_DIM,
@@ -89,6 +90,7 @@ _CRASH_SHRINK_SECONDS = 30.0
 # A first pass over every property with this many examples: most broken subjects fail it, so a
 # verdict comes in seconds instead of after the properties before the failing one.
 _QUICK_EXAMPLES = 5
+_MAX_WORKERS = 16  # runners at once: each is a process with a worker (and a twin) of its own
 
 FRONT_END_FLAGS: ContextVar[Mapping[str, str] | None] = ContextVar("FRONT_END_FLAGS",
                                                                    default=None)
@@ -107,6 +109,10 @@ def _stream_seed(seed: int, prop: str, stream: str) -> int:
 
 class _Abort(BaseException):
     """Stops Hypothesis at once (it lets BaseException through without shrinking)."""
+
+
+class _Halted(BaseException):
+    """The run stopped at another property's failure (-x, with lanes): end this pass now."""
 
 
 class _PropertyFailed(Exception):
@@ -380,6 +386,10 @@ class Session:
         self._passed: dict[str, tuple[_State, float]] = {}  # quick passes the full pass continues
         self._declined: dict[str, int] = {}  # per property, the specs supports(spec) declined
         self._strategies: dict[tuple[str, bool], Any] = {}  # per (property, narrow), built once
+        # Set (from another thread, or a lane's signal) when the run stops at a failure found
+        # elsewhere: the pass under way ends at its next example, none starts.
+        self.halted = False
+        self.lane_notes: list[str] = []  # what went wrong with another runner (lanes.Passes)
         # CI services set CI: derandomized and no database, as --profile ci. A --seed still wins.
         ci, database = options.ci, options.database
         self.derandomize = (ci and options.seed is None) if options.derandomize is None \
@@ -1075,6 +1085,8 @@ class Session:
         reason = self._skip_reason(prop)
         if reason is not None:
             return PropertyResult(id=prop, verdict="skip", message=reason)
+        if self.halted:
+            return PropertyResult(id=prop, message=_HALTED)
         total = max_examples or self.max_examples
         state, earlier = self._passed.pop(prop, (_State(), 0.0)) if stream == "full" else (
             _State(), 0.0)
@@ -1088,6 +1100,8 @@ class Session:
         def test(data: Any) -> None:
             _hide_own_source_from_hypothesis()  # modules the last example's check imported
             ex = self._draw(data, prop, narrow=stream == "quick")
+            if self.halted:  # after the draw: a test that draws nothing is flaky to Hypothesis
+                raise _Halted
             if state.first_failure_at is not None:
                 seconds = _SHRINK_SECONDS if state.crash is None else min(
                     _SHRINK_SECONDS, self._crash_shrink_left)
@@ -1145,6 +1159,8 @@ class Session:
                 state.last = min(state.failures, key=lambda f: _size(f[0]))
         except _PropertyFailed:
             pass
+        except _Halted:
+            return self._halted(prop, state, time.perf_counter() - start)
         except (FlakyFailure, FlakyStrategyDefinition) as error:
             state.notes.add(f"flaky: {type(error).__name__}")
         except Unsatisfiable:
@@ -1172,6 +1188,35 @@ class Session:
         if progress is not None:
             progress(prop, result.examples, total, result)
         return result
+
+
+    def _halted(self, prop: str, state: _State, seconds: float) -> PropertyResult:
+        """What a pass stopped by another property's failure found: not a verdict, unless it
+        had found a failure of its own (then that, not shrunk to the end)."""
+        if state.crash is None and state.failures:
+            state.last = min(state.failures, key=lambda f: _size(f[0]))
+        partial = self._result(prop, state, seconds)
+        if state.crash is None and not state.failures:
+            partial.verdict = "not_run"
+            partial.message = (f"{_HALTED}; its pass had run {state.examples} examples "
+                               "without a failure")
+        else:
+            partial.notes.append("stopped while shrinking, at another property's failure: "
+                                 "a smaller counterexample may exist")
+        return partial
+
+    def run_continuing(self, prop: str, progress: Progress | None, quick: bool) -> PropertyResult:
+        """A property's full pass where verify's quick pass of it may have run in another
+        lane: that pass is run again here first (its examples are the same, by its seed), so
+        the full pass continues it exactly as in one runner."""
+        if quick and prop not in self._passed:
+            found = self.run(prop, None, max_examples=_QUICK_EXAMPLES, stream="quick")
+            if not found.ok:
+                return found
+        return self.run(prop, progress)
+
+
+_HALTED = "the run stopped at another property's failure (exitfirst) before its verdict"
 
 
 def _cpu_model() -> str:
@@ -1253,6 +1298,7 @@ def verify(
     on_start: Callable[[Report], None] | None = None, max_seq: int | None = None,
     max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
     world_sizes: Sequence[int] | None = None, worker_user: str | None = None,
+    workers: int | None = None,
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
 
@@ -1283,6 +1329,10 @@ def verify(
       be root): the subject then cannot reach the runner's memory, files or signals.
     - `report`: a path for the JSON report, written atomically after every property, and a
       last time once everything the subject started has been killed.
+    - `workers`: how many runners check properties at once, each with its own worker (None:
+      2 where this process may use 2 cores or more, else 1; 1 with `exitfirst`); with more
+      than one, a TARGET string runs in runners forked from this process, and the verdicts
+      are the same (with `exitfirst`, failures found at once in two runners are both kept).
     - `exitfirst`: stop after the first property that does not pass.
     - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
     - `progress`: True for progress on stderr (a live line on a terminal, plain lines
@@ -1305,21 +1355,34 @@ def verify(
     if report is not None:
         check_report_path(report)
     show = progress_printer(sys.stderr) if progress is True else (progress or None)
+    lane_count, lane_note = _lane_count(workers, target, isolate, replay, props, exitfirst)
     result = Report(target=_target_name(target), header={},
                     properties=[PropertyResult(id=p) for p in props], running=True)
     _save(result, report)  # now: a run killed before its first verdict leaves one that says so
     # Without a quick pass to load the twin beside, its process starts with the worker's.
     ahead = (replay is not None or options.examples <= 2 * _QUICK_EXAMPLES) and any(
         p in TWINNED or p in KERNEL_TWINNED for p in props)
+    lanes: list[Lane] = []
     try:
+        # Forked first: each loads the subject in its own worker while this process does.
+        lanes = [Lane(lambda: Session(target, options, isolate=True), _QUICK_EXAMPLES, str(k),
+                      prestart=options.worker_user is None)  # another user's: spawned as it
+                 for k in range(1, lane_count)]
         session = Session(target, options, isolate=isolate, twin_ahead=ahead)
+        for lane in lanes:
+            lane.go()
     except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
+        _close_lanes(lanes)
         result.interrupted = True
         _save(result, report)
         raise
     except TargetError as error:  # the report says why nothing ran
+        _close_lanes(lanes)
         result.error, result.partial, result.running = str(error), False, False
         _save(result, report)
+        raise
+    except BaseException:
+        _close_lanes(lanes)
         raise
     with session:
         props = select_properties(only, skip, kernel=session.kernel)
@@ -1329,60 +1392,102 @@ def verify(
             raise UsageError(option="only", value=",".join(props),
                              reason="a replay runs one example of one property: give exactly "
                                     "one.")
-        result.header = session.header()
+        result.header = {**session.header(), "workers": lane_count,
+                         **({"workers_note": lane_note} if lane_note else {})}
         example = replay if isinstance(replay, Example) or replay is None else \
             session.replay_example(props[0], replay)
         if on_start is not None:
             on_start(result)
         _save(result, report)
         quick_passed: dict[int, PropertyResult] = {}  # what stands if the full pass never runs
+        current: int | None = None
+        quick = replay is None and session.max_examples > 2 * _QUICK_EXAMPLES
         try:
-            quick = replay is None and session.max_examples > 2 * _QUICK_EXAMPLES
-            current = 0
-            for i, prop in enumerate(props if quick else ()):
-                current = i
-                found = session.run(prop, None, max_examples=_QUICK_EXAMPLES, stream="quick")
-                if found.verdict == "pass":
-                    quick_passed[i] = found
-                if not found.ok:  # final: the full pass would only find it again
-                    result.properties[i] = found
-                    if show is not None:
-                        show(prop, found.examples, found.examples, found)
-                    _save(result, report)
-                    if exitfirst:
+            if lanes:  # the same passes, over more runners
+                passes = Passes(session, props, result, lambda: _save(result, report), show,
+                                exitfirst, _QUICK_EXAMPLES if quick else 0, lanes)
+                quick_passed = passes.quick_passed
+                lanes = []  # each is closed by the thread that waits on it
+                passes.run()
+            else:
+                for i, prop in enumerate(props if quick else ()):
+                    current = i
+                    found = session.run(prop, None, max_examples=_QUICK_EXAMPLES, stream="quick")
+                    if found.verdict == "pass":
+                        quick_passed[i] = found
+                    if not found.ok:  # final: the full pass would only find it again
+                        result.properties[i] = found
+                        if show is not None:
+                            show(prop, found.examples, found.examples, found)
+                        _save(result, report)
+                        if exitfirst:
+                            break
+                left = [i for i, p in enumerate(props) if result.properties[i].verdict == "not_run"]
+                if quick and not (exitfirst and result.failures) and any(
+                        props[i] in session.twinned for i in left):
+                    # The twin loads (1.7 s of CPU) while the full passes that need none run first.
+                    session._start_twin()
+                    left.sort(key=lambda i: props[i] in session.twinned)
+                for i in left:
+                    prop = props[i]
+                    if exitfirst and result.failures:
                         break
-            left = [i for i, p in enumerate(props) if result.properties[i].verdict == "not_run"]
-            if quick and not (exitfirst and result.failures) and any(
-                    props[i] in session.twinned for i in left):
-                # The twin loads (1.7 s of CPU) while the full passes that need none run first.
-                session._start_twin()
-                left.sort(key=lambda i: props[i] in session.twinned)
-            for i in left:
-                prop = props[i]
-                if exitfirst and result.failures:
-                    break
-                current = i
-                if example is not None:
-                    result.properties[i] = session.replay(prop, example)
-                else:
-                    result.properties[i] = session.run(prop, show)
-                _save(result, report)
+                    current = i
+                    if example is not None:
+                        result.properties[i] = session.replay(prop, example)
+                    else:
+                        result.properties[i] = session.run(prop, show)
+                    _save(result, report)
             result.partial = any(p.verdict == "not_run" for p in result.properties)
             result.error = session.nothing_checked(result.properties)
             result.running = False
         except KeyboardInterrupt as interrupt:
             partial = getattr(interrupt, "partial_result", None)
-            if isinstance(partial, PropertyResult):
+            if isinstance(partial, PropertyResult) and current is not None:
                 result.properties[current] = partial
             result.interrupted = True
             raise
         finally:  # an internal error leaves status running: the run did not finish
+            _close_lanes(lanes)  # only if Passes never took them
             session.close()  # first: nothing the subject started is left to rewrite the report
             for i, passed in quick_passed.items():
-                if result.properties[i].verdict == "not_run":
+                if result.properties[i].verdict == "not_run" and not result.properties[i].examples:
                     result.properties[i] = _quick_pass_only(passed, result.interrupted)
+            if session.lane_notes:
+                result.header["workers_note"] = "; ".join(
+                    filter(None, [result.header.get("workers_note"), *session.lane_notes]))
             _save(result, report)
     return result
+
+
+def _lane_count(workers: int | None, target: Any, isolate: bool | None,
+                replay: Any, props: list[str], exitfirst: bool) -> tuple[int, str | None]:
+    """How many runners this verify uses, and why fewer than asked (None: as asked)."""
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or not 1 <= workers <= _MAX_WORKERS):
+        raise UsageError(option="workers", value=workers,
+                         reason=f"must be a whole number from 1 to {_MAX_WORKERS} (how many "
+                                "runners check properties at once).")
+    in_process = not isinstance(target, str) or isolate is False
+    if workers is not None and workers > 1 and in_process:
+        raise UsageError(option="workers", value=workers,
+                         reason="the subject runs in this process (a Python object as TARGET, "
+                                "or isolate=False), and each further runner loads it by name "
+                                "in a worker of its own; give a TARGET string, or workers=1.")
+    if workers is None:  # -x stops at a quick pass, mostly before a second runner has loaded
+        workers = 1 if exitfirst else min(2, len(os.sched_getaffinity(0)) if hasattr(
+            os, "sched_getaffinity") else os.cpu_count() or 1)
+    if workers == 1 or in_process or replay is not None or len(props) < 2:
+        return 1, None
+    unsafe = fork_unsafe_reason()
+    if unsafe is not None:
+        return 1, f"one runner, not {workers}: {unsafe}"
+    return workers, None
+
+
+def _close_lanes(lanes: list[Lane]) -> None:
+    for lane in lanes:
+        lane.close(wait=2.0)
 
 
 def _quick_pass_only(passed: PropertyResult, interrupted: bool) -> PropertyResult:

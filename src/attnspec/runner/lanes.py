@@ -1,0 +1,460 @@
+"""More runners for one verify: this process forked before it loads the subject, each child a
+whole runner (its own Session, worker and supervision) that runs the property passes it is
+sent and answers with their verdicts over a pipe.
+
+Why a fork: the child has torch and attnspec imported already (a fresh process would spend
+about 1.2 s of CPU importing them again), and nothing of the run exists yet for it to share.
+Why a whole runner: Hypothesis is not thread-safe, and each pass's draws depend only on the
+seed and the property (`engine._stream_seed`), so a pass gives the same verdict in any lane.
+The child is attnspec's own code; the subject still runs only in the child's worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from .isolation import is_dumpable, make_undumpable
+from .report import Progress, PropertyResult
+
+if TYPE_CHECKING:
+    from .engine import Session
+
+__all__ = ["Lane", "LaneLost", "fork_unsafe_reason"]
+
+_PR_SET_PDEATHSIG = 1
+_LINE_LIMIT = 64 * 1024 * 1024  # one answer: a result with its counterexample, never this big
+
+
+class LaneLost(Exception):
+    """The lane's process is gone, or answered something that is not a lane's answer."""
+
+
+def fork_unsafe_reason() -> str | None:
+    """Why this process may not fork a lane now (None: it may)."""
+    import torch
+
+    if not sys.platform.startswith("linux"):
+        return f"lanes are forked runners, built for Linux only (this is {sys.platform})"
+    if threading.active_count() > 1:
+        return (f"this process runs {threading.active_count()} threads, and a fork copies "
+                "only the one that forks (a lock another holds would never be released)")
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        return "CUDA is initialised in this process, and a forked child cannot use it"
+    return None
+
+
+class Lane:
+    """The parent's end of one forked runner: `go` once the run's own Session has loaded, then
+    `start` a pass and `receive` its progress and result."""
+
+    def __init__(self, make_session: Callable[[], Session], quick_examples: int,
+                 name: str, prestart: bool = True) -> None:
+        self.name = name
+        down_read, down_write = os.pipe()
+        up_read, up_write = os.pipe()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child never returns from here
+            code = 1
+            try:
+                os.close(down_write)
+                os.close(up_read)
+                _child(make_session, quick_examples, prestart, parent, down_read, up_write)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(down_read)
+        os.close(up_write)
+        self.pid = pid
+        self._down = os.fdopen(down_write, "wb", buffering=0)
+        self._up = os.fdopen(up_read, "rb")
+        self.alive = True
+        self._reaped = False
+
+    def _send(self, message: dict[str, Any]) -> None:
+        try:
+            self._down.write(json.dumps(message).encode() + b"\n")
+        except OSError as error:
+            self.alive = False
+            raise LaneLost(f"it is gone ({error})") from None
+
+    def receive(self) -> dict[str, Any]:
+        """The lane's next message; LaneLost when it ended or said something malformed."""
+        line = self._up.readline(_LINE_LIMIT)
+        if not line.endswith(b"\n"):
+            self.alive = False
+            raise LaneLost(f"it ended: {self._status()}")
+        try:
+            message = json.loads(line)
+        except ValueError:
+            self.alive = False
+            raise LaneLost("it sent a line that is not JSON") from None
+        if not isinstance(message, dict):
+            self.alive = False
+            raise LaneLost(f"it sent {type(message).__name__}, not an object")
+        return message
+
+    def go(self) -> None:
+        """This process's Session has loaded the subject: the lane loads it now. (After, not
+        beside: a subject whose load cannot run twice at once fails in the lane, which is
+        then lost, not in the run's own load.)"""
+        with contextlib.suppress(LaneLost):  # gone already: its thread finds out and says so
+            self._send({"go": True})
+
+    def start(self, prop: str, stream: str, quick: bool) -> None:
+        """Run `prop`'s quick or full pass (`quick`: the run has quick passes to continue)."""
+        self._send({"run": prop, "stream": stream, "quick": quick})
+
+    def halt(self) -> None:
+        """Stop the pass it runs at its next example (the run stopped at a failure)."""
+        self._signal(signal.SIGUSR1)
+
+    def interrupt(self) -> None:
+        """Ctrl-C for the lane: its pass stops now and answers with what it had."""
+        self._signal(signal.SIGINT)
+
+    def _signal(self, number: int) -> None:
+        if self.alive and not self._reaped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, number)
+
+    def _status(self) -> str:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return "already reaped"
+        deadline = time.monotonic() + 2.0  # the pipe closes a moment before the exit shows
+        while pid == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if pid == 0:
+            return "its pipe closed"
+        self._reaped = True
+        if os.WIFSIGNALED(status):
+            return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        return f"exit status {os.WEXITSTATUS(status)}"
+
+    def close(self, wait: float = 10.0) -> None:
+        """Ask it to stop, give it `wait` seconds to close its session, then kill it."""
+        with contextlib.suppress(OSError):
+            self._down.close()
+        if not self._reaped:
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                try:
+                    pid, _ = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:
+                    pid = self.pid
+                if pid:
+                    self._reaped = True
+                    break
+                time.sleep(0.02)
+            if not self._reaped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(self.pid, 0)
+                self._reaped = True
+        self._up.close()
+        self.alive = False
+
+
+def _child(make_session: Callable[[], Session], quick_examples: int, prestart: bool,
+           parent: int, inbox_fd: int, outbox_fd: int) -> None:
+    """The lane's process: load the subject in a Session of its own, then run passes."""
+    import torch
+
+    from . import spawn
+
+    # The parent's handlers (its CLI's SIGTERM) are not this process's: a parent that is gone
+    # takes the lane with it, and the lane's workers see their runner gone and end.
+    for name in ("SIGTERM", "SIGHUP"):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        return
+    if is_dumpable() is False:  # a fork keeps it; set again, so the lane does not rest on that
+        make_undumpable()
+    # A worker the parent started ahead is the parent's; the lane starts its own.
+    for _, conn in spawn._waiting:
+        conn.close()
+    spawn._waiting.clear()
+    if prestart:  # its worker imports torch now, and loads the subject once the lane may
+        spawn.prestart()
+    torch.set_num_threads(1)  # its share of the cores: the parent's runner and workers have theirs
+    session: Session | None = None
+
+    def first_ctrl_c(signum: int, frame: Any) -> None:
+        # Ctrl-C reaches the lane twice, from the terminal and from its parent: one counts.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    def halt(signum: int, frame: Any) -> None:
+        if session is not None:
+            session.halted = True
+
+    signal.signal(signal.SIGINT, first_ctrl_c)
+    signal.signal(signal.SIGUSR1, halt)
+    inbox = os.fdopen(inbox_fd, "rb")
+    outbox = os.fdopen(outbox_fd, "wb", buffering=0)
+
+    def send(message: dict[str, Any]) -> None:
+        outbox.write(json.dumps(message).encode() + b"\n")
+
+    def progress(prop: str, done: int, total: int, result: PropertyResult | None) -> None:
+        send({"progress": [prop, done, total, None if result is None else asdict(result)]})
+
+    try:
+        if not inbox.readline().startswith(b'{"go"'):
+            return  # the run's own load failed, or the run is over
+        try:
+            session = make_session()
+        except Exception as error:  # the parent loads it too, and says why in its own words
+            send({"error": f"{type(error).__name__}: {error}"})
+            return
+        send({"loaded": {"kernel": session.kernel, "ids": list(session.ids)}})
+        for line in inbox:
+            request = json.loads(line)
+            prop, stream = request["run"], request["stream"]
+            if stream == "quick":
+                result = session.run(prop, None, max_examples=quick_examples, stream="quick")
+            else:
+                result = session.run_continuing(prop, progress, quick=request["quick"])
+            send({"result": asdict(result), "declined": session._declined.get(prop, 0)})
+    except KeyboardInterrupt as interrupt:
+        partial = getattr(interrupt, "partial_result", None)
+        with contextlib.suppress(OSError):
+            send({"interrupted": asdict(partial) if isinstance(partial, PropertyResult)
+                  else None})
+    except OSError:
+        pass  # the parent is gone: nobody to answer
+    except Exception as error:  # attnspec's own failure here: the parent runs the pass itself
+        with contextlib.suppress(OSError):
+            send({"crashed": f"{type(error).__name__}: {error}"[:2000]})
+    finally:
+        if session is not None:
+            session.close()
+
+
+def result_from(data: Any, lane: str) -> PropertyResult:
+    """A PropertyResult from a lane's JSON; LaneLost if it is not one."""
+    try:
+        return PropertyResult(**data)
+    except TypeError as error:
+        raise LaneLost(f"it sent a result that is not one ({error})") from None
+
+
+class Passes:
+    """verify's passes over `lanes`, this process's Session among them (run in the calling
+    thread) and each forked Lane (a thread here waits on it). As in one runner: every quick
+    pass first, in order, then the full passes, each continuing its property's quick pass; a
+    property whose pass needs the twin or the ranks runs here (they are this Session's)."""
+
+    def __init__(self, session: Session, props: list[str], result: Any,
+                 save: Callable[[], None], show: Progress | None, exitfirst: bool,
+                 quick: int, lanes: list[Lane]) -> None:
+        from ..properties import BY_ID
+
+        self.session, self.props, self.result = session, props, result
+        self.save, self.exitfirst = save, exitfirst
+        self.quick, self.quick_examples = bool(quick), quick  # examples per quick pass; 0: none
+        self._show = show
+        self.lanes = lanes
+        self.here_only = {i for i, p in enumerate(props)
+                          if p in session.twinned or (p in BY_ID and BY_ID[p].shards)}
+        self.cond = threading.Condition()
+        self.quick_queue = list(range(len(props))) if quick else []
+        self.quick_ran: dict[int, str] = {}  # index -> the lane whose quick pass ran
+        self.quick_passed: dict[int, PropertyResult] = {}
+        self.started: set[int] = set()
+        self.running: dict[str, tuple[int, str]] = {}  # lane -> (index, stream)
+        self.alive = {lane.name for lane in lanes}
+        self.stopping = False
+        self.twin_started = False
+        self.here_current: int | None = None
+        self.threads = [threading.Thread(target=self._remote, args=(lane,), daemon=True,
+                                         name=f"attnspec-lane-{lane.name}") for lane in lanes]
+
+    def show(self, prop: str, done: int, total: int, found: PropertyResult | None) -> None:
+        if self._show is not None:
+            with self.cond:
+                self._show(prop, done, total, found)
+
+    def run(self) -> None:
+        """Every pass, to the end or the first failure (exitfirst); Ctrl-C stops every lane,
+        each keeping what its pass had found."""
+        for thread in self.threads:
+            thread.start()
+        try:
+            while (job := self._next("here")) is not None:
+                i, stream = job
+                self.here_current = i
+                prop = self.props[i]
+                if stream == "quick":
+                    found = self.session.run(prop, None, max_examples=self.quick_examples,
+                                             stream="quick")
+                else:
+                    found = self.session.run_continuing(prop, self.show, self.quick)
+                self.here_current = None
+                self._done("here", i, stream, found)
+            for thread in self.threads:
+                while thread.is_alive():
+                    thread.join(0.1)
+        except BaseException as interrupt:  # Ctrl-C, a stop signal, or attnspec's own error
+            partial = getattr(interrupt, "partial_result", None)
+            with self.cond:
+                self.stopping = True
+                if isinstance(partial, PropertyResult) and self.here_current is not None:
+                    self.result.properties[self.here_current] = partial
+            for lane in self.lanes:
+                lane.interrupt()
+            for thread in self.threads:  # each records its lane's partial verdict
+                thread.join(15.0)
+            raise
+
+    def _next(self, lane: str) -> tuple[int, str] | None:
+        """The next pass for `lane`, waiting while one may still come; None when none will."""
+        here = lane == "here"
+        with self.cond:
+            while True:
+                if self.stopping:
+                    return None
+                if self.quick_queue:
+                    i = self.quick_queue.pop(0)
+                    self.running[lane] = (i, "quick")
+                    return i, "quick"
+                pending = [i for i, p in enumerate(self.result.properties)
+                           if p.verdict == "not_run" and i not in self.started
+                           and (not self.quick or i in self.quick_ran)
+                           and (here or i not in self.here_only)]
+                if here and not self.twin_started and any(
+                        self.props[i] in self.session.twinned for i in self._unstarted()):
+                    self.twin_started = True  # it loads while the passes that need none run
+                    self.session._start_twin()
+                if pending:
+                    i = min(pending, key=lambda j: self._preference(lane, j))
+                    self.started.add(i)
+                    self.running[lane] = (i, "full")
+                    return i, "full"
+                if not self._may_come(lane):
+                    return None
+                self.cond.wait(0.1)
+
+    def _unstarted(self) -> list[int]:
+        return [i for i, p in enumerate(self.result.properties)
+                if p.verdict == "not_run" and i not in self.started]
+
+    def _may_come(self, lane: str) -> bool:
+        """Whether a pass for `lane` may still become pending: a quick pass under way in
+        another lane, or (here) a lane still running, whose pass comes back if it is lost."""
+        others = [job for name, job in self.running.items() if name != lane]
+        if any(stream == "quick" for _, stream in others):
+            return True
+        return lane == "here" and bool(others)
+
+    def _preference(self, lane: str, i: int) -> tuple[bool, bool, int]:
+        """Here, the passes that need the twin once it is loaded (else the others first, while
+        it loads); then those whose quick pass ran in this lane; then the order of the run."""
+        twin_first = False
+        if lane == "here":
+            needs_twin = i in self.here_only
+            ready = self.session._twin is not None
+            twin_first = needs_twin != ready  # False sorts first
+        return twin_first, self.quick_ran.get(i) != lane, i
+
+    def _done(self, lane: str, i: int, stream: str, found: PropertyResult) -> None:
+        with self.cond:
+            self.running.pop(lane, None)
+            prop = self.props[i]
+            if stream == "quick":
+                self.quick_ran[i] = lane
+                if found.verdict == "pass":
+                    self.quick_passed[i] = found
+                if not found.ok:  # final: the full pass would only find it again
+                    self.result.properties[i] = found
+                    if found.verdict != "not_run":
+                        self.show(prop, found.examples, found.examples, found)
+            else:
+                self.result.properties[i] = found
+            self.save()
+            if self.exitfirst and self.result.failures and not self.stopping:
+                self.stopping = True
+                self.session.halted = True
+                for other in self.lanes:
+                    if other.name in self.running:
+                        other.halt()
+            self.cond.notify_all()
+
+    def _lost(self, lane: Lane, why: str) -> None:
+        """A lane that is gone gives its pass back, to be run here."""
+        with self.cond:
+            self.alive.discard(lane.name)
+            job = self.running.pop(lane.name, None)
+            if not self.stopping:
+                note = f"lane {lane.name} was lost ({why})"
+                if job is not None:
+                    i, stream = job
+                    if stream == "quick":
+                        self.quick_queue.insert(0, i)
+                    else:
+                        self.started.discard(i)
+                    note += f"; its {self.props[i]} pass ran again here"
+                self.session.lane_notes.append(note)
+            self.cond.notify_all()
+
+    def _remote(self, lane: Lane) -> None:
+        try:
+            hello = lane.receive()
+            if isinstance(hello.get("error"), str):
+                raise LaneLost(f"its load of the subject failed: {hello['error']:.500}")
+            loaded = hello.get("loaded")
+            if not isinstance(loaded, dict) or loaded.get("ids") != list(self.session.ids) \
+                    or loaded.get("kernel") != self.session.kernel:
+                raise LaneLost(f"its subject did not load as this one did ({hello!r:.200})")
+            while (job := self._next(lane.name)) is not None:
+                i, stream = job
+                lane.start(self.props[i], stream, self.quick)
+                while True:
+                    message = lane.receive()
+                    if "progress" in message:
+                        prop, done, total, found = message["progress"]
+                        self.show(prop, done, total,
+                                  None if found is None else result_from(found, lane.name))
+                        continue
+                    if isinstance(message.get("crashed"), str):
+                        raise LaneLost(f"attnspec failed there: {message['crashed']:.500}")
+                    if "interrupted" in message:  # Ctrl-C: its pass's partial verdict
+                        partial = message["interrupted"]
+                        with self.cond:
+                            self.running.pop(lane.name, None)
+                            if partial is not None:
+                                self.result.properties[i] = result_from(partial, lane.name)
+                            self.cond.notify_all()
+                        return
+                    found = result_from(message.get("result"), lane.name)
+                    if found.id != self.props[i]:
+                        raise LaneLost(f"it answered {found.id!r} for {self.props[i]!r}")
+                    declined = message.get("declined", 0)
+                    self.session._declined[found.id] = declined if isinstance(
+                        declined, int) else 0
+                    self._done(lane.name, i, stream, found)
+                    break
+        except LaneLost as lost:
+            self._lost(lane, str(lost))
+        finally:
+            with self.cond:
+                self.alive.discard(lane.name)
+                self.cond.notify_all()
+            lane.close()
+
