@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,17 +117,22 @@ def test_chromium_renders_the_failure(failing: tuple[dict, str, Path]) -> None:
 
 
 @pytest.mark.slow
-def test_plugin_writes_the_html_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_plugin_writes_the_html_report(tmp_path: Path, xdist: list[str]) -> None:
+    """Under xdist the workers' results travel to the controller, which writes the page."""
     html = tmp_path / "plugin.html"
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *xdist,
          "--attnspec-subject", str(BROKEN), "--attnspec-max-examples", "5",
-         "--attnspec-seed", "0", "--attnspec-html", str(html), "-k", "causality and not grad"],
+         "--attnspec-seed", "0", "--attnspec-html", str(html), "-k", "causality or width"],
         capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
     page = html.read_text()
     assert "test_causality" not in page and "causality" in page
     assert "attnspec-picture" in page and "class='fails'" in page and "--replay" in page
+    # Every item's verdict, in the properties' order, whichever process finished first.
+    rows = re.findall(r"<tr><td>([a-z_]+)</td><td class=", page)
+    assert rows == ["width", "causality", "grad_causality"], rows
 
 
 def test_plot_replay_draws_the_window_picture(tmp_path: Path) -> None:

@@ -10,9 +10,11 @@ violation seen.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import traceback
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +78,6 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(in_flags(error, _FLAGS)) from None
     config.stash[_SESSIONS] = {}
     _VERDICTS.clear()
-    _RESULTS.clear()
     # The suite is this file's items: collected beside the paths given, or alone.
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         config.args.append(str(_HERE))
@@ -102,7 +103,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 # Each property item's verdict, by TARGET, as the process that reports the run sees them (the
-# xdist controller too: user_properties travel with the reports).
+# xdist controller too: user_properties travel with the reports), with its whole result and
+# its session's header, for --attnspec-html.
 _VERDICTS: dict[str, list[dict[str, Any]]] = {}
 _VERDICT_KEY = "attnspec_verdict"
 
@@ -131,22 +133,27 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(line, red=True)
 
 
-# Each TARGET's PropertyResults, in the process that ran them, for --attnspec-html.
-_RESULTS: dict[str, list[Any]] = {}
-
-
 def _write_html(config: pytest.Config, path: str) -> None:
-    """The HTML report of every TARGET this process checked, pictures drawn in its session."""
-    from ..runner.report import Report
+    """The HTML report of every TARGET checked: from this process's results and sessions, or,
+    as xdist's controller, from the results the workers sent with their test reports (each
+    failure's picture then replayed in a fresh session here)."""
+    from ..properties import PROPERTY_IDS
+    from ..properties.kernel import KERNEL_PROPERTY_IDS
+    from ..runner.report import PropertyResult, Report
     from .html_report import attach_pictures, write_pages
 
+    order = {p: i for i, p in enumerate(dict.fromkeys([*PROPERTY_IDS, *KERNEL_PROPERTY_IDS]))}
     reports = []
-    for target, results in _RESULTS.items():
+    for target, verdicts in _VERDICTS.items():
+        results = [PropertyResult(**v["result"]) for v in verdicts
+                   if isinstance(v.get("result"), dict)]
+        results.sort(key=lambda r: order.get(r.id, len(order)))  # xdist: in finishing order
         session = config.stash[_SESSIONS].get(target)
         live = None if isinstance(session, str) else session
-        report = Report(target=target, header={} if live is None else live.header(),
-                        properties=results, partial=False)
-        attach_pictures(report, session=live)
+        header = live.header() if live is not None else next(
+            (v["header"] for v in verdicts if isinstance(v.get("header"), dict)), {})
+        report = Report(target=target, header=header, properties=results, partial=False)
+        attach_pictures(report, config.stash[_OPTIONS], session=live)
         reports.append(report.to_json())
     write_pages(reports, path)
 
@@ -280,10 +287,11 @@ class _PropertyItem(pytest.Item):
                                   "as the other kind: say PROTOCOL = \"kernel\" at the top "
                                   "level of its file, as a constant, for the plugin to see it")
         result = session.run(self.prop)
-        _RESULTS.setdefault(self.target, []).append(result)
-        self.user_properties.append((_VERDICT_KEY, {
+        # Plain JSON values (a header's TorchVersion is a str to JSON, not to xdist's wire).
+        self.user_properties.append((_VERDICT_KEY, json.loads(json.dumps({
             "target": self.target, "property": self.prop, "verdict": result.verdict,
-            "message": result.message}))
+            "message": result.message, "result": asdict(result), "header": session.header()},
+            default=str))))
         if result.verdict == "skip":
             pytest.skip(f"{self.prop}: {result.message}")
         if not result.ok:
