@@ -207,3 +207,61 @@ def test_exitfirst_takes_one_runner_unless_told_otherwise() -> None:
                              seed=0, database=False, exitfirst=True)
     assert report.ok and report.header["workers"] == 1
     assert "workers_note" not in report.header
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="lanes are Linux only")
+def test_a_signal_from_outside_the_run_loses_the_runner_not_the_pass(tmp_path: Path) -> None:
+    """SIGINT to the second runner alone (a same-user subject can send it): not this run's
+    Ctrl-C, so the pass it cut short runs again, and the run still ends with every verdict."""
+    path = tmp_path / "r.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attnspec", "verify", "tests/faulty/slow.py", "--no-database",
+         "--max-examples", "12", "--only", "width,dtype,determinism", "--workers", "2",
+         "--seed", "0", "--report", str(path)],
+        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    lane = _wait_for_lane(process)
+    time.sleep(1.5)
+    os.kill(lane, signal.SIGINT)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    saved = json.loads(path.read_text())
+    assert saved["status"] == "pass"
+    assert [p["examples"] for p in saved["properties"]] == [12, 12, 12]
+    assert "interrupted by a signal this run did not send" in saved["workers_note"]
+
+
+_RAISING_CALLBACK = """
+import threading, attnspec
+def progress(prop, done, total, result):
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("the caller's callback broke")
+try:
+    attnspec.verify("tests/faulty/slow.py", only="width,dtype,determinism", max_examples=12,
+                    seed=0, database=False, workers=2, progress=progress)
+except RuntimeError as error:
+    print("raised:", error)
+"""
+
+
+def test_a_progress_callback_that_raises_in_a_runners_thread_ends_the_run_with_its_error(
+) -> None:
+    done = subprocess.run([sys.executable, "-c", _RAISING_CALLBACK], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "raised: the caller's callback broke" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("data, says", [
+    ({"id": "width", "verdict": "pass", "seconds": "1"}, "seconds is str"),
+    ({"id": "width", "verdict": "passed"}, "verdict 'passed'"),
+    ({"id": "width", "bogus": 1}, "not one"),
+    (["width"], "not one"),
+    ({"id": "width", "examples": True}, "examples is bool"),
+])
+def test_a_result_from_a_runner_is_checked_before_it_counts(data: Any, says: str) -> None:
+    from attnspec.runner.lanes import LaneLost, result_from
+
+    with pytest.raises(LaneLost, match=says):
+        result_from(data, "1")
+    assert result_from({"id": "width", "verdict": "pass", "examples": 3}, "1").examples == 3

@@ -1364,13 +1364,18 @@ def verify(
         p in TWINNED or p in KERNEL_TWINNED for p in props)
     lanes: list[Lane] = []
     try:
-        # Forked first: each loads the subject in its own worker while this process does.
-        lanes = [Lane(lambda: Session(target, options, isolate=True), _QUICK_EXAMPLES, str(k),
-                      prestart=options.worker_user is None)  # another user's: spawned as it
-                 for k in range(1, lane_count)]
+        # Forked first, before this process has a worker: each lane's starts (its torch
+        # import) beside this one's, and loads the subject once this Session has (Lane.go).
+        for k in range(1, lane_count):
+            try:
+                lanes.append(Lane(lambda: Session(target, options, isolate=True),
+                                  _QUICK_EXAMPLES, str(k), others=lanes,
+                                  prestart=options.worker_user is None))  # else as that user
+            except OSError as error:  # no fork or pipe to be had: the runners there are
+                lane_note = f"{len(lanes) + 1} runners, not {lane_count}: a fork failed ({error})"
+                lane_count = len(lanes) + 1
+                break
         session = Session(target, options, isolate=isolate, twin_ahead=ahead)
-        for lane in lanes:
-            lane.go()
     except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
         _close_lanes(lanes)
         result.interrupted = True
@@ -1384,7 +1389,9 @@ def verify(
     except BaseException:
         _close_lanes(lanes)
         raise
-    with session:
+    with session, _closing(lanes):
+        for lane in lanes:
+            lane.go()
         props = select_properties(only, skip, kernel=session.kernel)
         if [p.id for p in result.properties] != props:
             result.properties = [PropertyResult(id=p) for p in props]
@@ -1407,7 +1414,6 @@ def verify(
                 passes = Passes(session, props, result, lambda: _save(result, report), show,
                                 exitfirst, _QUICK_EXAMPLES if quick else 0, lanes)
                 quick_passed = passes.quick_passed
-                lanes = []  # each is closed by the thread that waits on it
                 passes.run()
             else:
                 for i, prop in enumerate(props if quick else ()):
@@ -1448,7 +1454,7 @@ def verify(
             result.interrupted = True
             raise
         finally:  # an internal error leaves status running: the run did not finish
-            _close_lanes(lanes)  # only if Passes never took them
+            _close_lanes(lanes)  # before the session: a lane's worker dies with its runner
             session.close()  # first: nothing the subject started is left to rewrite the report
             for i, passed in quick_passed.items():
                 if result.properties[i].verdict == "not_run" and not result.properties[i].examples:
@@ -1488,6 +1494,15 @@ def _lane_count(workers: int | None, target: Any, isolate: bool | None,
 def _close_lanes(lanes: list[Lane]) -> None:
     for lane in lanes:
         lane.close(wait=2.0)
+
+
+@contextlib.contextmanager
+def _closing(lanes: list[Lane]) -> Iterator[None]:
+    """Every lane closed however the run ends (each closes once: Passes may have already)."""
+    try:
+        yield
+    finally:
+        _close_lanes(lanes)
 
 
 def _quick_pass_only(passed: PropertyResult, interrupted: bool) -> PropertyResult:

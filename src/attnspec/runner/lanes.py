@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +58,7 @@ class Lane:
     `start` a pass and `receive` its progress and result."""
 
     def __init__(self, make_session: Callable[[], Session], quick_examples: int,
-                 name: str, prestart: bool = True) -> None:
+                 name: str, prestart: bool = True, others: Sequence[Lane] = ()) -> None:
         self.name = name
         down_read, down_write = os.pipe()
         up_read, up_write = os.pipe()
@@ -69,6 +69,8 @@ class Lane:
             try:
                 os.close(down_write)
                 os.close(up_read)
+                for other in others:  # else an earlier lane never sees its pipe close
+                    other._forget()
                 _child(make_session, quick_examples, prestart, parent, down_read, up_write)
                 code = 0
             finally:
@@ -76,15 +78,23 @@ class Lane:
         os.close(down_read)
         os.close(up_write)
         self.pid = pid
-        self._down = os.fdopen(down_write, "wb", buffering=0)
+        self._down = os.fdopen(down_write, "wb")
         self._up = os.fdopen(up_read, "rb")
         self.alive = True
         self._reaped = False
+        self._closed = threading.Lock()  # close() runs once, from whichever thread is first
+
+    def _forget(self) -> None:
+        """In a later lane's child: this lane's pipe ends are the parent's, not the child's."""
+        for end in (self._down, self._up):
+            with contextlib.suppress(OSError):
+                os.close(end.fileno())
 
     def _send(self, message: dict[str, Any]) -> None:
         try:
             self._down.write(json.dumps(message).encode() + b"\n")
-        except OSError as error:
+            self._down.flush()
+        except (OSError, ValueError) as error:  # ValueError: closed already
             self.alive = False
             raise LaneLost(f"it is gone ({error})") from None
 
@@ -123,6 +133,11 @@ class Lane:
         """Ctrl-C for the lane: its pass stops now and answers with what it had."""
         self._signal(signal.SIGINT)
 
+    def kill(self) -> None:
+        """SIGKILL: a lane that did not answer in time (its workers see it gone and end)."""
+        self._signal(signal.SIGKILL)
+        self.alive = False
+
     def _signal(self, number: int) -> None:
         if self.alive and not self._reaped:
             with contextlib.suppress(ProcessLookupError):
@@ -146,6 +161,8 @@ class Lane:
 
     def close(self, wait: float = 10.0) -> None:
         """Ask it to stop, give it `wait` seconds to close its session, then kill it."""
+        if not self._closed.acquire(blocking=False):
+            return
         with contextlib.suppress(OSError):
             self._down.close()
         if not self._reaped:
@@ -207,10 +224,11 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
     signal.signal(signal.SIGINT, first_ctrl_c)
     signal.signal(signal.SIGUSR1, halt)
     inbox = os.fdopen(inbox_fd, "rb")
-    outbox = os.fdopen(outbox_fd, "wb", buffering=0)
+    outbox = os.fdopen(outbox_fd, "wb")
 
     def send(message: dict[str, Any]) -> None:
-        outbox.write(json.dumps(message).encode() + b"\n")
+        outbox.write(json.dumps(message).encode() + b"\n")  # buffered: written whole
+        outbox.flush()
 
     def progress(prop: str, done: int, total: int, result: PropertyResult | None) -> None:
         send({"progress": [prop, done, total, None if result is None else asdict(result)]})
@@ -223,7 +241,8 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
         except Exception as error:  # the parent loads it too, and says why in its own words
             send({"error": f"{type(error).__name__}: {error}"})
             return
-        send({"loaded": {"kernel": session.kernel, "ids": list(session.ids)}})
+        send({"loaded": {"kernel": session.kernel, "ids": list(session.ids),
+                         "devices": list(session.devices), "dtypes": dict(session.dtypes)}})
         for line in inbox:
             request = json.loads(line)
             prop, stream = request["run"], request["stream"]
@@ -247,19 +266,32 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
             session.close()
 
 
+_VERDICTS = ("pass", "fail", "error", "crash", "timeout", "skip", "not_run", "interrupted")
+_FIELD_TYPES: dict[str, Any] = {"id": str, "verdict": str, "examples": int, "reached": int,
+                                "seconds": (int, float), "message": str, "notes": list}
+
+
 def result_from(data: Any, lane: str) -> PropertyResult:
-    """A PropertyResult from a lane's JSON; LaneLost if it is not one."""
+    """A PropertyResult from a lane's JSON; LaneLost if it is not one (the fields the table
+    and the report format are checked for their types too)."""
     try:
-        return PropertyResult(**data)
+        found = PropertyResult(**data)
     except TypeError as error:
         raise LaneLost(f"it sent a result that is not one ({error})") from None
+    for name, kind in _FIELD_TYPES.items():
+        value = getattr(found, name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise LaneLost(f"it sent a result whose {name} is {type(value).__name__}")
+    if found.verdict not in _VERDICTS or not all(isinstance(n, str) for n in found.notes):
+        raise LaneLost(f"it sent a result with verdict {found.verdict!r:.40}")
+    return found
 
 
 class Passes:
     """verify's passes over `lanes`, this process's Session among them (run in the calling
     thread) and each forked Lane (a thread here waits on it). As in one runner: every quick
     pass first, in order, then the full passes, each continuing its property's quick pass; a
-    property whose pass needs the twin or the ranks runs here (they are this Session's)."""
+    property whose passes need the twin or the ranks runs here (they are this Session's)."""
 
     def __init__(self, session: Session, props: list[str], result: Any,
                  save: Callable[[], None], show: Progress | None, exitfirst: bool,
@@ -281,15 +313,27 @@ class Passes:
         self.running: dict[str, tuple[int, str]] = {}  # lane -> (index, stream)
         self.alive = {lane.name for lane in lanes}
         self.stopping = False
+        self.closed = False  # run() has returned: nothing more is written into the result
+        self.error: BaseException | None = None  # the caller's progress callback raised this
         self.twin_started = False
         self.here_current: int | None = None
         self.threads = [threading.Thread(target=self._remote, args=(lane,), daemon=True,
                                          name=f"attnspec-lane-{lane.name}") for lane in lanes]
 
     def show(self, prop: str, done: int, total: int, found: PropertyResult | None) -> None:
-        if self._show is not None:
-            with self.cond:
+        if self._show is None:
+            return
+        with self.cond:
+            if self.closed or self.error is not None:
+                return
+            if threading.current_thread() is threading.main_thread():
                 self._show(prop, done, total, found)
+                return
+            try:  # a lane's progress: what the caller's callback raises ends the run, here
+                self._show(prop, done, total, found)
+            except Exception as error:  # noqa: BLE001 - raised again from run()
+                self.error = error
+                self._stop()
 
     def run(self) -> None:
         """Every pass, to the end or the first failure (exitfirst); Ctrl-C stops every lane,
@@ -311,7 +355,9 @@ class Passes:
             for thread in self.threads:
                 while thread.is_alive():
                     thread.join(0.1)
-        except BaseException as interrupt:  # Ctrl-C, a stop signal, or attnspec's own error
+            if self.error is not None:
+                raise self.error
+        except BaseException as interrupt:  # Ctrl-C, a stop signal, or an error
             partial = getattr(interrupt, "partial_result", None)
             with self.cond:
                 self.stopping = True
@@ -319,9 +365,20 @@ class Passes:
                     self.result.properties[self.here_current] = partial
             for lane in self.lanes:
                 lane.interrupt()
-            for thread in self.threads:  # each records its lane's partial verdict
-                thread.join(15.0)
+            self._join(15.0)  # each records its lane's partial verdict
             raise
+        finally:
+            for lane in self.lanes:  # a lane that did not answer in time is killed
+                if lane.alive:
+                    lane.kill()
+            self._join(5.0)
+            with self.cond:
+                self.closed = True
+
+    def _join(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _next(self, lane: str) -> tuple[int, str] | None:
         """The next pass for `lane`, waiting while one may still come; None when none will."""
@@ -330,15 +387,16 @@ class Passes:
             while True:
                 if self.stopping:
                     return None
-                if self.quick_queue:
-                    i = self.quick_queue.pop(0)
-                    self.running[lane] = (i, "quick")
-                    return i, "quick"
+                quick = [i for i in self.quick_queue if here or i not in self.here_only]
+                if quick:
+                    self.quick_queue.remove(quick[0])
+                    self.running[lane] = (quick[0], "quick")
+                    return quick[0], "quick"
                 pending = [i for i, p in enumerate(self.result.properties)
                            if p.verdict == "not_run" and i not in self.started
                            and (not self.quick or i in self.quick_ran)
                            and (here or i not in self.here_only)]
-                if here and not self.twin_started and any(
+                if here and not self.twin_started and not self.quick_queue and any(
                         self.props[i] in self.session.twinned for i in self._unstarted()):
                     self.twin_started = True  # it loads while the passes that need none run
                     self.session._start_twin()
@@ -356,8 +414,11 @@ class Passes:
                 if p.verdict == "not_run" and i not in self.started]
 
     def _may_come(self, lane: str) -> bool:
-        """Whether a pass for `lane` may still become pending: a quick pass under way in
-        another lane, or (here) a lane still running, whose pass comes back if it is lost."""
+        """Whether a pass for `lane` may still become pending: a quick pass still queued (here)
+        or under way in another lane, or (here) a lane still running, whose pass comes back if
+        it is lost."""
+        if lane == "here" and self.quick_queue:
+            return True
         others = [job for name, job in self.running.items() if name != lane]
         if any(stream == "quick" for _, stream in others):
             return True
@@ -368,14 +429,22 @@ class Passes:
         it loads); then those whose quick pass ran in this lane; then the order of the run."""
         twin_first = False
         if lane == "here":
-            needs_twin = i in self.here_only
-            ready = self.session._twin is not None
-            twin_first = needs_twin != ready  # False sorts first
+            twin_first = (i in self.here_only) != (self.session._twin is not None)
         return twin_first, self.quick_ran.get(i) != lane, i
+
+    def _stop(self) -> None:
+        """No pass starts from now on; the passes under way end at their next example."""
+        self.stopping = True
+        self.session.halted = True
+        for other in self.lanes:
+            if other.name in self.running:
+                other.halt()
 
     def _done(self, lane: str, i: int, stream: str, found: PropertyResult) -> None:
         with self.cond:
             self.running.pop(lane, None)
+            if self.closed:
+                return
             prop = self.props[i]
             if stream == "quick":
                 self.quick_ran[i] = lane
@@ -389,19 +458,15 @@ class Passes:
                 self.result.properties[i] = found
             self.save()
             if self.exitfirst and self.result.failures and not self.stopping:
-                self.stopping = True
-                self.session.halted = True
-                for other in self.lanes:
-                    if other.name in self.running:
-                        other.halt()
+                self._stop()
             self.cond.notify_all()
 
     def _lost(self, lane: Lane, why: str) -> None:
-        """A lane that is gone gives its pass back, to be run here."""
+        """A lane that is gone gives its pass back, to be run by another."""
         with self.cond:
             self.alive.discard(lane.name)
             job = self.running.pop(lane.name, None)
-            if not self.stopping:
+            if not self.stopping and not self.closed:
                 note = f"lane {lane.name} was lost ({why})"
                 if job is not None:
                     i, stream = job
@@ -409,52 +474,72 @@ class Passes:
                         self.quick_queue.insert(0, i)
                     else:
                         self.started.discard(i)
-                    note += f"; its {self.props[i]} pass ran again here"
+                    note += f"; its {self.props[i]} pass was run again"
                 self.session.lane_notes.append(note)
             self.cond.notify_all()
 
     def _remote(self, lane: Lane) -> None:
         try:
-            hello = lane.receive()
-            if isinstance(hello.get("error"), str):
-                raise LaneLost(f"its load of the subject failed: {hello['error']:.500}")
-            loaded = hello.get("loaded")
-            if not isinstance(loaded, dict) or loaded.get("ids") != list(self.session.ids) \
-                    or loaded.get("kernel") != self.session.kernel:
-                raise LaneLost(f"its subject did not load as this one did ({hello!r:.200})")
-            while (job := self._next(lane.name)) is not None:
-                i, stream = job
-                lane.start(self.props[i], stream, self.quick)
-                while True:
-                    message = lane.receive()
-                    if "progress" in message:
-                        prop, done, total, found = message["progress"]
-                        self.show(prop, done, total,
-                                  None if found is None else result_from(found, lane.name))
-                        continue
-                    if isinstance(message.get("crashed"), str):
-                        raise LaneLost(f"attnspec failed there: {message['crashed']:.500}")
-                    if "interrupted" in message:  # Ctrl-C: its pass's partial verdict
-                        partial = message["interrupted"]
-                        with self.cond:
-                            self.running.pop(lane.name, None)
-                            if partial is not None:
-                                self.result.properties[i] = result_from(partial, lane.name)
-                            self.cond.notify_all()
-                        return
-                    found = result_from(message.get("result"), lane.name)
-                    if found.id != self.props[i]:
-                        raise LaneLost(f"it answered {found.id!r} for {self.props[i]!r}")
-                    declined = message.get("declined", 0)
-                    self.session._declined[found.id] = declined if isinstance(
-                        declined, int) else 0
-                    self._done(lane.name, i, stream, found)
-                    break
+            self._serve(lane)
         except LaneLost as lost:
             self._lost(lane, str(lost))
+        except BaseException as error:  # noqa: BLE001 - attnspec's own, here: the lane goes
+            self._lost(lane, f"attnspec failed waiting on it: {type(error).__name__}: {error}")
         finally:
             with self.cond:
                 self.alive.discard(lane.name)
+                self.running.pop(lane.name, None)
                 self.cond.notify_all()
             lane.close()
 
+    def _serve(self, lane: Lane) -> None:
+        hello = lane.receive()
+        if isinstance(hello.get("error"), str):
+            raise LaneLost(f"its load of the subject failed: {hello['error']:.500}")
+        loaded = hello.get("loaded")
+        mine = {"kernel": self.session.kernel, "ids": list(self.session.ids),
+                "devices": list(self.session.devices), "dtypes": dict(self.session.dtypes)}
+        if loaded != mine:
+            raise LaneLost(f"its subject did not load as this one did ({loaded!r:.300})")
+        while (job := self._next(lane.name)) is not None:
+            i, stream = job
+            lane.start(self.props[i], stream, self.quick)
+            while True:
+                message = lane.receive()
+                if "progress" in message:
+                    try:
+                        prop, done, total, found = message["progress"]
+                        partial = None if found is None else result_from(found, lane.name)
+                        if prop != self.props[i] or not isinstance(done, int) \
+                                or not isinstance(total, int):
+                            raise ValueError
+                    except (TypeError, ValueError):
+                        raise LaneLost("it sent progress that is not progress") from None
+                    self.show(prop, done, total, partial)
+                    continue
+                if isinstance(message.get("crashed"), str):
+                    raise LaneLost(f"attnspec failed there: {message['crashed']:.500}")
+                if "interrupted" in message:  # Ctrl-C: its pass's partial verdict
+                    with self.cond:  # a terminal's Ctrl-C reaches this process too, about now
+                        deadline = time.monotonic() + 2.0
+                        while not self.stopping and time.monotonic() < deadline:
+                            self.cond.wait(0.05)
+                        stopping = self.stopping
+                    if not stopping:  # not this run's Ctrl-C: another process's signal
+                        raise LaneLost("it was interrupted by a signal this run did not send")
+                    found = None if message["interrupted"] is None else result_from(
+                        message["interrupted"], lane.name)
+                    with self.cond:
+                        self.running.pop(lane.name, None)
+                        if found is not None and found.id == self.props[i] and not self.closed:
+                            self.result.properties[i] = found
+                        self.cond.notify_all()
+                    return
+                found = result_from(message.get("result"), lane.name)
+                if found.id != self.props[i]:
+                    raise LaneLost(f"it answered {found.id!r} for {self.props[i]!r}")
+                declined = message.get("declined", 0)
+                self.session._declined[found.id] = declined if isinstance(
+                    declined, int) else 0
+                self._done(lane.name, i, stream, found)
+                break
