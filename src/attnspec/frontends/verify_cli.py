@@ -279,7 +279,7 @@ def add_verify_parser(sub: Any) -> None:
                              "each failure, replayed against the subject")
     verify.add_argument("--workers", type=int, default=None, metavar="N",
                         help="runners checking properties at once, each with its own worker "
-                             "(default: 2 where 2 cores are free to this process, else 1; 1 "
+                             "(default: 2 where this process may run on 2 cores, else 1; 1 "
                              "with -x)")
     verify.add_argument("-x", "--exitfirst", action="store_true",
                         help="stop at the first property that does not pass")
