@@ -193,23 +193,6 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
 
     from . import spawn
 
-    # The parent's handlers (its CLI's SIGTERM) are not this process's: a parent that is gone
-    # takes the lane with it, and the lane's workers see their runner gone and end.
-    for name in ("SIGTERM", "SIGHUP"):
-        signal.signal(getattr(signal, name), signal.SIG_DFL)
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-        return
-    if is_dumpable() is False:  # a fork keeps it; set again, so the lane does not rest on that
-        make_undumpable()
-    # A worker the parent started ahead is the parent's; the lane starts its own.
-    for _, conn in spawn._waiting:
-        conn.close()
-    spawn._waiting.clear()
-    if prestart:  # its worker imports torch now, and loads the subject once the lane may
-        spawn.prestart()
-    torch.set_num_threads(1)  # its share of the cores: the parent's runner and workers have theirs
     session: Session | None = None
 
     def first_ctrl_c(signum: int, frame: Any) -> None:
@@ -221,8 +204,12 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
         if session is not None:
             session.halted = True
 
+    # First: a Ctrl-C from here on is answered. The parent's other handlers (its CLI's
+    # SIGTERM) are not this process's: a lane whose parent is gone goes with it.
     signal.signal(signal.SIGINT, first_ctrl_c)
     signal.signal(signal.SIGUSR1, halt)
+    for name in ("SIGTERM", "SIGHUP"):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
     inbox = os.fdopen(inbox_fd, "rb")
     outbox = os.fdopen(outbox_fd, "wb")
 
@@ -234,6 +221,19 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
         send({"progress": [prop, done, total, None if result is None else asdict(result)]})
 
     try:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            return
+        if is_dumpable() is False:  # a fork keeps it; set again, so the lane does not rest on it
+            make_undumpable()
+        # A worker the parent started ahead is the parent's; the lane starts its own.
+        for _, conn in spawn._waiting:
+            conn.close()
+        spawn._waiting.clear()
+        if prestart:  # its worker imports torch now, and loads the subject once the lane may
+            spawn.prestart()
+        torch.set_num_threads(1)  # its share of the cores: the parent's processes have theirs
         if not inbox.readline().startswith(b'{"go"'):
             return  # the run's own load failed, or the run is over
         try:
@@ -492,8 +492,21 @@ class Passes:
                 self.cond.notify_all()
             lane.close()
 
+    def _stopping_soon(self) -> bool:
+        """Whether this run is stopping (Ctrl-C, a stop signal): a terminal's Ctrl-C reaches
+        this process about when it reached the lane, so give it 2 s to arrive."""
+        with self.cond:
+            deadline = time.monotonic() + 2.0
+            while not self.stopping and time.monotonic() < deadline:
+                self.cond.wait(0.05)
+            return self.stopping
+
     def _serve(self, lane: Lane) -> None:
         hello = lane.receive()
+        if "interrupted" in hello:  # while it loaded
+            if self._stopping_soon():
+                return
+            raise LaneLost("it was interrupted by a signal this run did not send")
         if isinstance(hello.get("error"), str):
             raise LaneLost(f"its load of the subject failed: {hello['error']:.500}")
         loaded = hello.get("loaded")
@@ -520,12 +533,7 @@ class Passes:
                 if isinstance(message.get("crashed"), str):
                     raise LaneLost(f"attnspec failed there: {message['crashed']:.500}")
                 if "interrupted" in message:  # Ctrl-C: its pass's partial verdict
-                    with self.cond:  # a terminal's Ctrl-C reaches this process too, about now
-                        deadline = time.monotonic() + 2.0
-                        while not self.stopping and time.monotonic() < deadline:
-                            self.cond.wait(0.05)
-                        stopping = self.stopping
-                    if not stopping:  # not this run's Ctrl-C: another process's signal
+                    if not self._stopping_soon():  # not this run's: another process's signal
                         raise LaneLost("it was interrupted by a signal this run did not send")
                     found = None if message["interrupted"] is None else result_from(
                         message["interrupted"], lane.name)
