@@ -87,6 +87,16 @@ def test_a_pass_halted_by_another_propertys_failure_is_no_verdict() -> None:
         assert session.run("width").verdict == "not_run"  # and none starts after it
 
 
+def _slow_run(path: Path, *args: str, only: str = "width,dtype,determinism",
+              **popen: Any) -> subprocess.Popen[str]:
+    """`attnspec verify` of tests/faulty/slow.py (each forward sleeps) on two runners."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "attnspec", "verify", "tests/faulty/slow.py", "--no-database",
+         "--only", only, "--workers", "2", "--report", str(path), *args],
+        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, **popen)
+
+
 def _ctrl_c_answered() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -120,13 +130,9 @@ def _wait_for_lane(process: subprocess.Popen[str], seconds: float = 120) -> int:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="lanes are Linux only")
 def test_ctrl_c_stops_every_runner_and_keeps_what_each_found(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "attnspec", "verify", "tests/faulty/slow.py", "--no-database",
-         "--max-examples", "30", "--only", "width,dtype,determinism,finite", "--workers", "2",
-         "--report", str(path)],
-        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_answered,
-        start_new_session=True)  # its own group: Ctrl-C as a terminal sends it, to every runner
+    # Its own group: Ctrl-C as a terminal sends it, to every runner.
+    process = _slow_run(path, "--max-examples", "30", only="width,dtype,determinism,finite",
+                        preexec_fn=_ctrl_c_answered, start_new_session=True)
     lane = _wait_for_lane(process)
     time.sleep(2.0)  # both runners into their examples (each forward sleeps 0.2 s)
     os.killpg(process.pid, signal.SIGINT)
@@ -146,12 +152,7 @@ def test_ctrl_c_stops_every_runner_and_keeps_what_each_found(tmp_path: Path) -> 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="lanes are Linux only")
 def test_a_runner_that_is_killed_gives_its_pass_back(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "attnspec", "verify", "tests/faulty/slow.py", "--no-database",
-         "--max-examples", "12", "--only", "width,dtype,determinism", "--workers", "2",
-         "--seed", "0", "--report", str(path)],
-        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    process = _slow_run(path, "--max-examples", "12", "--seed", "0")
     lane = _wait_for_lane(process)
     time.sleep(1.5)  # loaded, and into a pass
     os.kill(lane, signal.SIGKILL)
@@ -214,12 +215,7 @@ def test_a_signal_from_outside_the_run_loses_the_runner_not_the_pass(tmp_path: P
     """SIGINT to the second runner alone (a same-user subject can send it): not this run's
     Ctrl-C, so the pass it cut short runs again, and the run still ends with every verdict."""
     path = tmp_path / "r.json"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "attnspec", "verify", "tests/faulty/slow.py", "--no-database",
-         "--max-examples", "12", "--only", "width,dtype,determinism", "--workers", "2",
-         "--seed", "0", "--report", str(path)],
-        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    process = _slow_run(path, "--max-examples", "12", "--seed", "0")
     lane = _wait_for_lane(process)
     time.sleep(1.5)
     os.kill(lane, signal.SIGINT)
@@ -265,3 +261,31 @@ def test_a_result_from_a_runner_is_checked_before_it_counts(data: Any, says: str
     with pytest.raises(LaneLost, match=says):
         result_from(data, "1")
     assert result_from({"id": "width", "verdict": "pass", "examples": 3}, "1").examples == 3
+
+
+_SILENT_LANE = """
+import os, signal, attnspec
+from attnspec.runner import engine, lanes
+engine.lane_silence = lambda timeout: 3.0
+forked = []
+start = lanes.Lane.__init__
+def recording(self, *args, **kwargs):
+    start(self, *args, **kwargs)
+    forked.append(self.pid)
+lanes.Lane.__init__ = recording
+def progress(prop, done, total, result):
+    if forked and done >= 1:
+        os.kill(forked.pop(), signal.SIGSTOP)  # the lane hangs: it is alive, and says nothing
+report = attnspec.verify("tests/faulty/slow.py", only="width,dtype,determinism",
+                         max_examples=12, seed=0, database=False, workers=2, progress=progress)
+print("status", report.ok, [p.examples for p in report.properties])
+print("note", report.header.get("workers_note"))
+"""
+
+
+def test_a_runner_that_goes_silent_is_killed_at_its_deadline_and_its_pass_run_again() -> None:
+    done = subprocess.run([sys.executable, "-c", _SILENT_LANE], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "status True [12, 12, 12]" in done.stdout, done.stdout + done.stderr
+    assert "it sent nothing for 3 s, and was killed" in done.stdout, done.stdout

@@ -1167,14 +1167,10 @@ class Session:
             state.skip = self._unreached(state)
         except KeyboardInterrupt as interrupt:  # keep what this property found so far
             partial = self._result(prop, state, time.perf_counter() - start)
-            if partial.verdict == "pass":
-                partial.verdict = "interrupted"
-                partial.message = (f"Ctrl-C after {partial.examples} examples, before a "
-                                   "verdict")
-            else:
-                partial.notes.append("interrupted while shrinking: a smaller counterexample "
-                                     "may exist")
-            interrupt.partial_result = partial  # type: ignore[attr-defined]
+            interrupt.partial_result = _cut_short(  # type: ignore[attr-defined]
+                partial, partial.verdict == "pass", "interrupted",
+                f"Ctrl-C after {partial.examples} examples, before a verdict",
+                "interrupted while shrinking: a smaller counterexample may exist")
             raise
         if state.crash is not None and state.first_failure_at is not None:
             if self._crash_shrink_left <= 0:
@@ -1195,15 +1191,11 @@ class Session:
         had found a failure of its own (then that, not shrunk to the end)."""
         if state.crash is None and state.failures:
             state.last = min(state.failures, key=lambda f: _size(f[0]))
-        partial = self._result(prop, state, seconds)
-        if state.crash is None and not state.failures:
-            partial.verdict = "not_run"
-            partial.message = (f"{_HALTED}; its pass had run {state.examples} examples "
-                               "without a failure")
-        else:
-            partial.notes.append("stopped while shrinking, at another property's failure: "
-                                 "a smaller counterexample may exist")
-        return partial
+        return _cut_short(
+            self._result(prop, state, seconds), state.crash is None and not state.failures,
+            "not_run", f"{_HALTED}; its pass had run {state.examples} examples without a "
+            "failure", "stopped while shrinking, at another property's failure: a smaller "
+            "counterexample may exist")
 
     def run_continuing(self, prop: str, progress: Progress | None, quick: bool) -> PropertyResult:
         """A property's full pass where verify's quick pass of it may have run in another
@@ -1217,6 +1209,17 @@ class Session:
 
 
 _HALTED = "the run stopped at another property's failure (exitfirst) before its verdict"
+
+
+def _cut_short(partial: PropertyResult, verdictless: bool, verdict: str, message: str,
+               note: str) -> PropertyResult:
+    """A pass stopped before its end: no verdict yet (`verdict`, `message`), or the failure it
+    had found, with `note` saying its shrinking was cut short."""
+    if verdictless:
+        partial.verdict, partial.message = verdict, message
+    else:
+        partial.notes.append(note)
+    return partial
 
 
 def _cpu_model() -> str:
@@ -1370,7 +1373,8 @@ def verify(
             try:
                 lanes.append(Lane(lambda: Session(target, options, isolate=True),
                                   _QUICK_EXAMPLES, str(k), others=lanes,
-                                  prestart=options.worker_user is None))  # else as that user
+                                  prestart=options.worker_user is None,  # else as that user
+                                  silence=lane_silence(options.timeout)))
             except OSError as error:  # no fork or pipe to be had: the runners there are
                 lane_note = f"{len(lanes) + 1} runners, not {lane_count}: a fork failed ({error})"
                 lane_count = len(lanes) + 1
@@ -1489,6 +1493,13 @@ def _lane_count(workers: int | None, target: Any, isolate: bool | None,
     if unsafe is not None:
         return 1, f"one runner, not {workers}: {unsafe}"
     return workers, None
+
+
+def lane_silence(timeout: float) -> float:
+    """How long a lane may send nothing: its passes send progress after each example, which
+    the worker's supervision bounds (10 x --timeout of wall time), but a quick pass, or
+    shrinking after a failure, sends none until its verdict, so a generous multiple."""
+    return 100 * timeout + 60
 
 
 def _close_lanes(lanes: list[Lane]) -> None:

@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -58,8 +59,11 @@ class Lane:
     `start` a pass and `receive` its progress and result."""
 
     def __init__(self, make_session: Callable[[], Session], quick_examples: int,
-                 name: str, prestart: bool = True, others: Sequence[Lane] = ()) -> None:
+                 name: str, prestart: bool = True, others: Sequence[Lane] = (),
+                 silence: float = 3600.0) -> None:
         self.name = name
+        self.silence = silence  # the longest a lane may go without a message
+        self._pending = b""
         down_read, down_write = os.pipe()
         up_read, up_write = os.pipe()
         parent = os.getpid()
@@ -99,11 +103,9 @@ class Lane:
             raise LaneLost(f"it is gone ({error})") from None
 
     def receive(self) -> dict[str, Any]:
-        """The lane's next message; LaneLost when it ended or said something malformed."""
-        line = self._up.readline(_LINE_LIMIT)
-        if not line.endswith(b"\n"):
-            self.alive = False
-            raise LaneLost(f"it ended: {self._status()}")
+        """The lane's next message, within `silence` seconds; LaneLost when it ended, stayed
+        silent that long (it is killed), or said something malformed."""
+        line = self._line()
         try:
             message = json.loads(line)
         except ValueError:
@@ -113,6 +115,27 @@ class Lane:
             self.alive = False
             raise LaneLost(f"it sent {type(message).__name__}, not an object")
         return message
+
+    def _line(self) -> bytes:
+        """One line, read under the deadline (a buffered readline would hide what it holds
+        from select)."""
+        deadline = time.monotonic() + self.silence
+        fd = self._up.fileno()
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.kill()
+                raise LaneLost(f"it sent nothing for {self.silence:g} s, and was killed")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                self.alive = False
+                raise LaneLost(f"it ended: {self._status()}")
+            self._pending += chunk
+            if len(self._pending) > _LINE_LIMIT and b"\n" not in self._pending:
+                self.kill()
+                raise LaneLost(f"it sent a line of more than {_LINE_LIMIT} bytes")
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line
 
     def go(self) -> None:
         """This process's Session has loaded the subject: the lane loads it now. (After, not
