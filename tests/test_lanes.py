@@ -102,19 +102,19 @@ def _ctrl_c_answered() -> None:
 
 
 def _lane_pids(parent: int) -> list[int]:
-    """The runners forked from `parent`: its children running its own command line."""
-    def cmdline(pid: int | str) -> bytes:
+    """The runners forked from `parent`: its children named attnspec-lane1, 2, ... (its
+    zygote and the workers it forked run the same command line)."""
+    def comm(pid: int | str) -> str:
         try:
-            return Path(f"/proc/{pid}/cmdline").read_bytes()
+            return Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
-            return b""
+            return ""
 
-    mine = cmdline(parent)
     try:
         kids = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
     except OSError:
         return []
-    return [int(k) for k in kids if cmdline(k) == mine]
+    return [int(k) for k in kids if comm(k).startswith("attnspec-lane")]
 
 
 def _wait_for_lane(process: subprocess.Popen[str], seconds: float = 120) -> int:

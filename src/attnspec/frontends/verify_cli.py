@@ -414,12 +414,21 @@ def _run_one(args: argparse.Namespace) -> int:
 
 def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
                 stop: _Stop) -> int:
-    from ..runner.spawn import prestart
+    from ..runner import spawn
+    from ..runner.isolation import is_subreaper
 
-    if args.worker_user is None:  # a worker for another user starts with the session
-        prestart()  # the worker imports torch while this process does (two cores, half the wait)
+    # Workers forked from a zygote start with torch imported; where this process cannot fork
+    # one, the first worker imports torch while this process does (two cores, half the wait).
+    forking = spawn.fork_unsafe_reason() is None and is_subreaper() and "torch" not in sys.modules
+    if forking:  # OpenMP reads it once, as torch loads: the zygote's copies keep it
+        os.environ.update(spawn.worker_env(dict(os.environ)))
+    elif args.worker_user is None:  # another user's starts with the session
+        spawn.prestart()
     from ..runner.engine import FRONT_END_FLAGS, verify
     from ..runner.report import progress_printer
+
+    if forking and spawn.start_zygote() and args.worker_user is None:
+        spawn.prestart()
 
     dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]
     replay = None if args.replay is None else _replay_object(args.replay)

@@ -31,7 +31,7 @@ from .._errors import TargetError
 from .execute import answer_limit
 from .isolation import WorkerUser
 from .options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
-from .spawn import spawn
+from .spawn import Process, spawn
 from .wire import Channel, WireError, decode, pack
 from .worker import _FRAME_GRACE, Budget, SubjectCrash, _check_seq, _ready_limit, _signal_name
 
@@ -88,7 +88,7 @@ class Gang:
                  user: WorkerUser | None = None) -> None:
         self.target, self.world, self.device, self.user = target, world, device, user
         self.timeout, self.start_timeout, self.sizes = timeout, start_timeout, sizes
-        self._ranks: list[tuple[subprocess.Popen[bytes], Channel]] = []
+        self._ranks: list[tuple[Process, Channel]] = []
         self._limits: list[int] = []  # the bytes each rank's outstanding answer may take
         self._seq = 0  # the outstanding requests' number, which their answers echo
         self._port = 0

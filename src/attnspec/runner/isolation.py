@@ -18,7 +18,7 @@ docs/design.md section 6 says what holds for a non-root subject, for root, and w
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import os
 import pwd
 import signal
@@ -35,11 +35,13 @@ _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """This process's C library (find_library would run ldconfig, a fork, at every call)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
 

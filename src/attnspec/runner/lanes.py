@@ -17,41 +17,27 @@ import json
 import os
 import select
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from .isolation import is_dumpable, make_undumpable
+from .isolation import become_subreaper, is_dumpable, make_undumpable
 from .report import Progress, PropertyResult
+from .spawn import fork_unsafe_reason
 
 if TYPE_CHECKING:
     from .engine import Session
 
 __all__ = ["Lane", "LaneLost", "fork_unsafe_reason"]
 
-_PR_SET_PDEATHSIG = 1
+_PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15
 _LINE_LIMIT = 64 * 1024 * 1024  # one answer: a result with its counterexample, never this big
 
 
 class LaneLost(Exception):
     """The lane's process is gone, or answered something that is not a lane's answer."""
-
-
-def fork_unsafe_reason() -> str | None:
-    """Why this process may not fork a lane now (None: it may)."""
-    import torch
-
-    if not sys.platform.startswith("linux"):
-        return f"lanes are forked runners, built for Linux only (this is {sys.platform})"
-    if threading.active_count() > 1:
-        return (f"this process runs {threading.active_count()} threads, and a fork copies "
-                "only the one that forks (a lock another holds would never be released)")
-    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        return "CUDA is initialised in this process, and a forked child cannot use it"
-    return None
 
 
 class Lane:
@@ -75,7 +61,7 @@ class Lane:
                 os.close(up_read)
                 for other in others:  # else an earlier lane never sees its pipe close
                     other._forget()
-                _child(make_session, quick_examples, prestart, parent, down_read, up_write)
+                _child(make_session, quick_examples, prestart, parent, down_read, up_write, name)
                 code = 0
             finally:
                 os._exit(code)
@@ -210,7 +196,7 @@ class Lane:
 
 
 def _child(make_session: Callable[[], Session], quick_examples: int, prestart: bool,
-           parent: int, inbox_fd: int, outbox_fd: int) -> None:
+           parent: int, inbox_fd: int, outbox_fd: int, name: str = "lane") -> None:
     """The lane's process: load the subject in a Session of its own, then run passes."""
     import torch
 
@@ -231,8 +217,8 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
     # SIGTERM) are not this process's: a lane whose parent is gone goes with it.
     signal.signal(signal.SIGINT, first_ctrl_c)
     signal.signal(signal.SIGUSR1, halt)
-    for name in ("SIGTERM", "SIGHUP"):
-        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    for signame in ("SIGTERM", "SIGHUP"):
+        signal.signal(getattr(signal, signame), signal.SIG_DFL)
     inbox = os.fdopen(inbox_fd, "rb")
     outbox = os.fdopen(outbox_fd, "wb")
 
@@ -245,16 +231,21 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
 
     try:
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            # What ps and top show: "attnspec-lane1" (the command line stays the parent's).
+            libc.prctl(_PR_SET_NAME, f"attnspec-lane{name}"[:15].encode())
         if os.getppid() != parent:
             return
         if is_dumpable() is False:  # a fork keeps it; set again, so the lane does not rest on it
             make_undumpable()
-        # A worker the parent started ahead is the parent's; the lane starts its own.
-        for _, conn in spawn._waiting:
-            conn.close()
-        spawn._waiting.clear()
-        if prestart:  # its worker imports torch now, and loads the subject once the lane may
+        # The parent's zygote and the worker it started ahead are the parent's; the lane
+        # starts its own (a subreaper, so that its forked workers are re-parented to it).
+        zygote = spawn._zygote is not None
+        spawn.forget_zygote()
+        if zygote and become_subreaper():
+            spawn.start_zygote()
+        if prestart:  # its worker starts now, and loads the subject once the lane may
             spawn.prestart()
         torch.set_num_threads(1)  # its share of the cores: the parent's processes have theirs
         if not inbox.readline().startswith(b'{"go"'):
@@ -287,6 +278,7 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
     finally:
         if session is not None:
             session.close()
+        spawn.stop_zygote()  # the lane ends with os._exit: no atexit closes it
 
 
 _VERDICTS = ("pass", "fail", "error", "crash", "timeout", "skip", "not_run", "interrupted")

@@ -29,7 +29,7 @@ from .._errors import ConfigError, TargetError
 from .execute import Executed, answer_bool, answer_limit, execute
 from .isolation import WorkerUser, become_subreaper, sweep
 from .options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
-from .spawn import Spawned, spawn, take
+from .spawn import Process, Spawned, spawn, take
 from .subject import Subject, fault_text
 from .wire import Channel, FrameError, WireError, decode, encode, pack, read_frame, write_frame
 
@@ -454,7 +454,7 @@ class Worker:
         self.sizes = sizes  # (max_heads, max_head_dim, max_width): the grid `supports` is asked
         self.timeout = timeout
         self.start_timeout = start_timeout
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: Process | None = None
         self._conn: Channel | None = None
         self.restarts = -1
         self._restart_error: str | None = None
