@@ -42,6 +42,8 @@ class Config:
     """Section 4 times only the goal's figure (exitfirst, once per module), not full verifies."""
     kernel_runs: int | None = None
     """Sections 8 and 9: verify runs per figure (None: their defaults)."""
+    before: str | None = None
+    """Section 14: a git revision to time beside this code (a worktree of it, on PYTHONPATH)."""
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr,
                                                                   flush=True))
 

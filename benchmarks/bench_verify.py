@@ -505,3 +505,89 @@ def workers(cfg: Config) -> dict[str, Any]:
         f"{len(raced)} modules were first rejected by another property than with one runner"
         + (f" ({'; '.join(raced)})" if raced else "") + ".")]
     return {"goals": goals, "tables": tables, "data": data}
+
+
+# ---- section 14 -----------------------------------------------------------------------------
+
+
+def _cli_arm(cfg: Config, target: str, env: dict[str, str]) -> dict[str, Any]:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "attnspec", "verify", target, "--profile", cfg.profile,
+               "--no-database", "--seed", "0", "--device", cfg.device, "--no-progress"]
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False,
+                          env=env)
+    return {"wall": time.perf_counter() - start, "exit": done.returncode}
+
+
+def zygote(cfg: Config) -> dict[str, Any]:
+    """Default verifies from the shell (two runners, the default) with workers forked from the
+    zygote, with exec'd workers (ATTNSPEC_EXEC_WORKERS=1, same code), and with --before REF's
+    code; rounds interleaved, order rotating."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    runs = cfg.kernel_runs or cfg.pick(5, 1)
+    arms: dict[str, dict[str, str]] = {
+        "forked": {**os.environ},
+        "exec'd": {**os.environ, "ATTNSPEC_EXEC_WORKERS": "1"}}
+    tree = None
+    if cfg.before:
+        tree = tempfile.mkdtemp(prefix="attnspec-before-")
+        subprocess.run(["git", "worktree", "add", "--detach", tree, cfg.before], cwd=ROOT,
+                       check=True, capture_output=True)
+        arms[f"before ({cfg.before})"] = {**os.environ, "PYTHONPATH": os.path.join(tree, "src")}
+    names = list(arms)
+    walls: dict[tuple[str, str], list[float]] = {(t, a): [] for t in WORKERS_TARGETS
+                                                 for a in names}
+    exits: dict[str, set[int]] = {a: set() for a in names}
+    try:
+        for r in range(runs):
+            for target in WORKERS_TARGETS:
+                for arm in _rotated(names, r):
+                    cfg.log(f"  zygote round {r + 1}/{runs}: {target} ({arm})")
+                    done = _cli_arm(cfg, target, arms[arm])
+                    walls[(target, arm)].append(done["wall"])
+                    exits[arm].add(done["exit"])
+    finally:
+        if tree is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=ROOT,
+                           check=False, capture_output=True)
+            shutil.rmtree(tree, ignore_errors=True)
+    rows = []
+    data: dict[str, Any] = {"runs": runs, "before": cfg.before,
+                            "exits": {a: sorted(e) for a, e in exits.items()}, "verify": {}}
+    for target in WORKERS_TARGETS:
+        row = [f"`attnspec verify {target}`"]
+        entry: dict[str, Any] = {}
+        for arm in names:
+            entry[arm] = walls[(target, arm)]
+            row.append(f"{median(walls[(target, arm)]):.2f}")
+        for arm in names[1:]:
+            ratio = paired_ratio(walls[(target, "forked")], walls[(target, arm)])
+            entry[f"forked / {arm}"] = ratio
+            row.append(ratio_text(ratio, 2))
+        data["verify"][target] = entry
+        rows.append(row)
+    ref, kern = (median(walls[(t, "forked")]) for t in WORKERS_TARGETS)
+    goals = [
+        {"goal": "a default verify of the reference within 5 s on 2 idle cores",
+         "measured": f"{ref:.2f} s (forked workers, two runners: the default)",
+         "status": status(ref <= 5.0 if cfg.profile == "default" else None)},
+        {"goal": "a default verify of kernel_sdpa within 5 s on 2 idle cores",
+         "measured": f"{kern:.2f} s (forked workers, two runners: the default)",
+         "status": status(kern <= 5.0 if cfg.profile == "default" else None)},
+    ]
+    tables = [table(
+        f"`attnspec verify TARGET --profile {cfg.profile} --no-database --seed 0` from the "
+        f"shell: medians of {runs} runs per arm, interleaved",
+        ["what", *(f"{a} s" for a in names), *(f"forked / {a} (paired, quartiles)"
+                                               for a in names[1:])], rows,
+        "forked: workers forked from each runner's zygote (the default on Linux); exec'd: the "
+        "same code with ATTNSPEC_EXEC_WORKERS=1, each worker a new interpreter importing torch"
+        + (f"; before: the code at {cfg.before}, from a worktree on PYTHONPATH" if cfg.before
+           else "") + f". Exit statuses: {data['exits']}.")]
+    return {"goals": goals, "tables": tables, "data": data}

@@ -17,6 +17,7 @@ Sections (docs/benchmarks.md explains each and how to read the numbers):
   kernel_profile 11. cProfile of one default verify of kernel_sdpa: where the time goes
   hf_verify      12. a default `attnspec verify hf:TYPE@BACKEND` (transformers adapter)
   workers        13. one runner against two: default verifies and the catalogue's rejections
+  zygote         14. workers forked from a zygote against exec'd ones (and --before REF)
 
 Writes PREFIX.md (tables) and PREFIX.json (everything, with the machine); PREFIX defaults to
 benchmarks/results (benchmarks/results-cuda with --device cuda). Both are rewritten after every
@@ -58,6 +59,7 @@ SECTIONS: dict[str, str] = {
     "kernel_profile": "11. Where a kernel verify's time goes",
     "hf_verify": "12. Verdict speed on a transformers model type",
     "workers": "13. One runner against two (--workers)",
+    "zygote": "14. Forked workers against exec'd ones",
 }
 ALIASES = {str(i): name for i, name in enumerate(SECTIONS, start=1)}
 
@@ -80,6 +82,7 @@ def _section(name: str) -> Callable[[Config], dict[str, Any]]:
         "kernel_oracle": bench_kernels.kernel_oracle,
         "kernel_profile": bench_kernels.kernel_profile,
         "hf_verify": bench_hf.hf_verify, "workers": bench_verify.workers,
+        "zygote": bench_verify.zygote,
     }
     return functions[name]
 
@@ -106,6 +109,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, metavar="N",
                         help="torch.set_num_threads(N) for the forward timings (sections 1 and "
                              "2); by default torch's own choice is left alone and recorded")
+    parser.add_argument("--before", metavar="REF",
+                        help="section 14 (zygote): also time this git revision of attnspec "
+                             "(checked out in a temporary worktree), interleaved")
     parser.add_argument("--out", metavar="PREFIX",
                         help="write PREFIX.md and PREFIX.json (default benchmarks/results, "
                              "or benchmarks/results-cuda with --device cuda)")
@@ -204,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
               "to take the median of must be at least 1", file=sys.stderr)
         return 2
     cfg = Config(device=args.device, quick=args.quick, threads=args.threads,
-                 rejection_only=args.rejection_only, kernel_runs=args.kernel_runs)
+                 rejection_only=args.rejection_only, kernel_runs=args.kernel_runs,
+                 before=args.before)
     default_threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)

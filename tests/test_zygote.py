@@ -25,11 +25,11 @@ FAULTY = Path(__file__).parent / "faulty"
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="zygotes are Linux only")
 
 
-def _cli(*args: str, **popen: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [sys.executable, "-m", "attnspec", "verify", *args, "--no-database", "--no-progress"],
-        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, **popen)
+        cwd=ROOT, env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _proc(pid: int, name: str) -> str:
@@ -124,6 +124,22 @@ def test_forked_workers_give_the_exec_d_workers_verdicts(tmp_path: Path) -> None
 
 
 @linux
+@pytest.mark.slow
+def test_attnspec_exec_workers_turns_the_zygote_off(tmp_path: Path) -> None:
+    process = _cli("tests/faulty/slow.py", "--only", "width", "--max-examples", "6",
+                   "--workers", "1", env={**os.environ, "ATTNSPEC_EXEC_WORKERS": "1"})
+    seen: dict[int, tuple[int, int, str]] = {}
+    while process.poll() is None:
+        seen.update(_tree(process.pid))
+        time.sleep(0.05)
+    _, stderr = process.communicate()
+    assert process.returncode == 0, stderr
+    comms = {row[2] for row in seen.values()}
+    assert "attnspec-zygote" not in comms and "attnspec-worker" not in comms, comms
+    assert any(c.startswith("python") for c in comms), comms  # the exec'd worker
+
+
+@linux
 def test_a_zygote_is_refused_with_other_threads_or_without_a_subreaper() -> None:
     assert spawn.zygote_pid() is None  # the API's runner (this process) never starts one
     stop = threading.Event()
@@ -131,14 +147,15 @@ def test_a_zygote_is_refused_with_other_threads_or_without_a_subreaper() -> None
     other.start()
     try:
         assert "threads" in (spawn.fork_unsafe_reason() or "")
-        assert spawn.start_zygote() is False
+        assert spawn.start_zygote(lambda fd, parent: None) is False
     finally:
         stop.set()
         other.join()
     was = is_subreaper()
     stop_subreaper()
     try:
-        assert spawn.start_zygote() is False  # its workers would be re-parented to init
+        # Its workers would be re-parented to init, never this process's to wait for.
+        assert spawn.start_zygote(lambda fd, parent: None) is False
     finally:
         if was:
             become_subreaper()

@@ -419,15 +419,17 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
 
     # Workers forked from a zygote start with torch imported; where this process cannot fork
     # one, the first worker imports torch while this process does (two cores, half the wait).
-    forking = spawn.fork_unsafe_reason() is None and is_subreaper() and "torch" not in sys.modules
+    forking = (spawn.fork_unsafe_reason() is None and is_subreaper() and "torch" not in sys.modules
+               and os.environ.get("ATTNSPEC_EXEC_WORKERS", "") in ("", "0"))
     if forking:  # OpenMP reads it once, as torch loads: the zygote's copies keep it
         os.environ.update(spawn.worker_env(dict(os.environ)))
     elif args.worker_user is None:  # another user's starts with the session
         spawn.prestart()
     from ..runner.engine import FRONT_END_FLAGS, verify
     from ..runner.report import progress_printer
+    from ..runner.worker import main as worker_main
 
-    if forking and spawn.start_zygote() and args.worker_user is None:
+    if forking and spawn.start_zygote(worker_main) and args.worker_user is None:
         spawn.prestart()
 
     dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]

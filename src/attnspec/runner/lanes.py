@@ -241,10 +241,9 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
             make_undumpable()
         # The parent's zygote and the worker it started ahead are the parent's; the lane
         # starts its own (a subreaper, so that its forked workers are re-parented to it).
-        zygote = spawn._zygote is not None
-        spawn.forget_zygote()
-        if zygote and become_subreaper():
-            spawn.start_zygote()
+        entry = spawn.forget_zygote()
+        if entry is not None and become_subreaper():
+            spawn.start_zygote(entry)
         if prestart:  # its worker starts now, and loads the subject once the lane may
             spawn.prestart()
         torch.set_num_threads(1)  # its share of the cores: the parent's processes have theirs

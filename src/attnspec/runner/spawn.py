@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -162,11 +163,16 @@ class Forked:
         return self.returncode
 
 
-class _Zygote:
-    """The runner's end of its zygote: `fork` asks it for a worker."""
+Entry = Callable[[int, int], None]
+"""A worker's main: (its socket's fd, the runner's pid); `runner.worker.main`."""
 
-    def __init__(self) -> None:
+
+class _Zygote:
+    """The runner's end of its zygote: `fork` asks it for a worker, which runs `entry`."""
+
+    def __init__(self, entry: Entry) -> None:
         self.owner = os.getpid()
+        self.entry = entry
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         for stream in (sys.stdout, sys.stderr):  # else the zygote's copy flushes them again
             with contextlib.suppress(Exception):
@@ -176,7 +182,7 @@ class _Zygote:
         if pid == 0:  # the zygote never returns from here
             try:
                 ours.close()
-                _zygote_main(theirs, self.owner)
+                _zygote_main(theirs, self.owner, entry)
             finally:
                 os._exit(0)
         theirs.close()
@@ -229,10 +235,11 @@ class _Zygote:
 _zygote: _Zygote | None = None
 
 
-def start_zygote() -> bool:
+def start_zygote(entry: Entry) -> bool:
     """Fork this process's zygote now (call it once torch is imported and before the run holds
-    anything: each worker is a copy of this moment); False where it may not (not Linux, other
-    threads running, CUDA initialised, not a subreaper): workers are then exec'd."""
+    anything: each worker is a copy of this moment, running `entry`); False where it may not
+    (not Linux, other threads running, CUDA initialised, not a subreaper): workers are then
+    exec'd."""
     global _zygote
     from .isolation import is_subreaper
 
@@ -240,7 +247,7 @@ def start_zygote() -> bool:
         return True
     if fork_unsafe_reason() is not None or not is_subreaper():
         return False
-    _zygote = _Zygote()
+    _zygote = _Zygote(entry)
     return True
 
 
@@ -257,19 +264,22 @@ def stop_zygote() -> None:
     _zygote = None
 
 
-def forget_zygote() -> None:
+def forget_zygote() -> Entry | None:
     """In a fork of this process (a lane): the zygote and the worker started ahead are the
-    parent's; this process starts its own."""
+    parent's; this process starts its own, with the entry returned (None: it had none)."""
     global _zygote
+    entry = None
     if _zygote is not None and _zygote.owner != os.getpid():
+        entry = _zygote.entry
         _zygote.forget()
         _zygote = None
     for _, conn in _waiting:
         conn.close()
     _waiting.clear()
+    return entry
 
 
-def _zygote_main(conn: socket.socket, owner: int) -> None:
+def _zygote_main(conn: socket.socket, owner: int, entry: Entry) -> None:
     """The zygote: fork a worker for each request, until the owner closes its end."""
     import ctypes
 
@@ -298,7 +308,7 @@ def _zygote_main(conn: socket.socket, owner: int) -> None:
             return
         try:
             request = json.loads(message)
-            pid = _fork_worker(fds[0], request.get("user"), owner)
+            pid = _fork_worker(fds[0], request.get("user"), owner, entry)
         except BaseException as error:  # noqa: BLE001 - the owner reads it and execs instead
             with contextlib.suppress(OSError):
                 conn.send(json.dumps({"error": repr(error)[:200]}).encode())
@@ -311,7 +321,7 @@ def _zygote_main(conn: socket.socket, owner: int) -> None:
             return
 
 
-def _fork_worker(fd: int, user: list[Any] | None, owner: int) -> int:
+def _fork_worker(fd: int, user: list[Any] | None, owner: int, entry: Entry) -> int:
     """Fork twice: the worker's parent exits at once, so the worker is re-parented to the
     owner (a subreaper), which waits for it; its pid."""
     read, write = os.pipe()
@@ -322,7 +332,7 @@ def _fork_worker(fd: int, user: list[Any] | None, owner: int) -> int:
             pid = os.fork()
             if pid == 0:
                 os.close(write)
-                _become_worker(fd, user, owner)
+                _become_worker(fd, user, owner, entry)
             os.write(write, str(pid).encode())
         finally:
             os._exit(0)
@@ -332,7 +342,7 @@ def _fork_worker(fd: int, user: list[Any] | None, owner: int) -> int:
         return int(pipe.read(32))
 
 
-def _become_worker(fd: int, user: list[Any] | None, owner: int) -> None:
+def _become_worker(fd: int, user: list[Any] | None, owner: int, entry: Entry) -> None:
     """In the forked worker: what `_exec`'s Popen does (a session of its own, the user, the
     environment, stdin and stdout), then the worker's main; never returns."""
     code = 1
@@ -359,9 +369,7 @@ def _become_worker(fd: int, user: list[Any] | None, owner: int) -> None:
         for name in ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD"):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
         sys.argv = ["-c", _package_parent(), str(fd), str(owner)]
-        from .worker import main
-
-        main(fd, owner)
+        entry(fd, owner)
         code = 0
     finally:
         os._exit(code)
