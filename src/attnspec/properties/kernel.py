@@ -662,10 +662,13 @@ def _golden(ex: KernelExample, q: Tensor, k: Tensor, v: Tensor, corner: str,
 
 
 def _oracle_outcome(kern: Kernel, got: Mapping[str, Any], q: Tensor, k: Tensor, v: Tensor,
-                    what: str = "") -> Outcome | None:
+                    what: str = "", golden: tuple[Tensor, Tensor, Any] | None = None,
+                    yard: dict[str, float] | None = None) -> Outcome | None:
+    """o and the LSE against the golden; `golden` and `yard` where the caller has them (the
+    same forward, computed with gradients)."""
     ex, c = kern.ex, kern.c
-    golden = _golden(ex, q, k, v, c.causal)
-    yard = _yardstick(ex, q, k, v, c.causal, golden)
+    golden = _golden(ex, q, k, v, c.causal) if golden is None else golden
+    yard = _yardstick(ex, q, k, v, c.causal, golden) if yard is None else yard
     failed = _judge("o", _judged(ex, c.causal, c.masked_rows, got["o"].double()),
                     _judged(ex, c.causal, c.masked_rows, golden[0]), yard["o"], ex, what=what)
     if failed is None and c.lse is not None:
@@ -713,11 +716,13 @@ def check_oracle_grad(kern: Kernel) -> Outcome:
     do = inputs(dataclasses.replace(ex, scale=1.0), 31)[0]
     do = do.masked_fill(~_judgeable(ex, c), 0.0)  # no gradient flows from undefined rows
     (got,) = kern.run([kern.step(q, k, v, grad={"do": do, "dlse": None})])
-    failed = _oracle_outcome(kern, got, q, k, v, what="the call differentiated: ")
-    if failed is not None:  # the o a backward starts from is judged as oracle judges o
-        return failed
+    # One golden and yardstick, with gradients: their o and LSE are the plain forward's.
     golden = _golden(ex, q, k, v, c.causal, grad=do.double())
     yard = _yardstick(ex, q, k, v, c.causal, golden, grad=do)
+    failed = _oracle_outcome(kern, got, q, k, v, what="the call differentiated: ",
+                             golden=golden, yard=yard)
+    if failed is not None:  # the o a backward starts from is judged as oracle judges o
+        return failed
     # A gradient that is 0 in exact arithmetic (dk with one key) is all rounding: its floor
     # scales with the largest of the three, as a module's parameter gradients do.
     largest = max(_finite_max(g) for g in golden[2])

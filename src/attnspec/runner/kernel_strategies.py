@@ -149,6 +149,10 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
                                distinct=distinct)
     cross, varlen = c.has("cross"), c.layout == "varlen"
     want_masked = prop.id == "masked_rows"
+    # Narrow examples keep the long lengths (a tile bug needs T past 128; the cost is
+    # B x H x Tq x Tk, which the budget bounds); the quick pass stays short.
+    longest = min(max_seq, NARROW_SEQ) if narrow else max_seq
+    lengths_upto = kernel_lengths(max_value=longest)  # one strategy, not one per draw
 
     @st.composite
     def draw(draw: st.DrawFn) -> KernelExample:
@@ -158,31 +162,33 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
         dims = [d for d in KERNEL_HEAD_DIMS if d <= max_head_dim]
         D = draw(st.one_of(st.sampled_from(dims), st.integers(1, max_head_dim))
                  if wide and dims else st.integers(1, min(max_head_dim, NARROW_HEAD_DIM)))
-        H = draw(st.integers(1, heads))
-        if prop.id == "gqa_grouping":
-            assume(H > 1)
+        # Sizes are drawn apart (filtered as they are drawn, not rejected once all are: half
+        # of all draws were rejected that way, each a whole example's draw).
+        apart = distinct and not varlen
+        fewest = 2 if prop.id == "gqa_grouping" else 1
+        assume(heads >= fewest)
+        H = draw(_other_than(fewest, heads, (D,) if distinct else ()))
         groups = [g for g in divisors(H) if g < H] if prop.id == "gqa_grouping" else (
             divisors(H) if c.has("gqa") else [H])
         G = draw(st.sampled_from(groups))
-        # Narrow examples keep the long lengths (a tile bug needs T past 128; the cost is
-        # B x H x Tq x Tk, which the budget bounds); the quick pass stays short.
-        longest = min(max_seq, NARROW_SEQ) if narrow else max_seq
         # FlashInfer's window_left bounds the left side of a causal window only.
         causal = True if prop.id in ("causality", "masked_rows") or not c.has("noncausal") or (
             prop.id == "window" and c.window == "left") \
             else draw(st.sampled_from((True, False) if prop.id == "window" else
                                       (True, True, True, False)))
-        Tq = draw(kernel_lengths(max_value=longest))
+        taken = (H, D)
+        Tq = _apart(draw, lengths_upto, taken if apart else ())
         Tk = Tq
         if want_masked and cross:
             if c.causal == "bottom_right":
                 assume(Tq > 1)
-                Tk = draw(st.integers(0, Tq - 1))
+                Tk = _apart(draw, st.integers(0, Tq - 1), taken if apart else ())
             else:
                 Tk = 0
         elif cross and draw(st.integers(0, 3)):  # and Tk = Tq, self-attention, in one of four
-            Tk = draw(kernel_lengths(max_value=longest))
-        B = draw(st.integers(max(prop.min_batch, 1), 4 if not wide else max(prop.min_batch, 2)))
+            Tk = _apart(draw, lengths_upto, taken if apart else ())
+        B = draw(_other_than(max(prop.min_batch, 1), 4 if not wide else max(prop.min_batch, 2),
+                             (H, D, Tq, Tk) if apart else taken if distinct else ()))
         while B * H * max(Tq, 1) * max(Tk, 1) > SCORE_BUDGET and B > prop.min_batch:
             B -= 1
         assume(B * H * max(Tq, 1) * max(Tk, 1) <= SCORE_BUDGET)
@@ -223,6 +229,25 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
             sinks=sinks, lengths=lengths, cuts=cuts)
 
     return draw()
+
+
+def _other_than(low: int, high: int, taken: tuple[int, ...]) -> st.SearchStrategy[int]:
+    """low..high without `taken` (none left: the example is rejected)."""
+    if not taken:
+        return st.integers(low, high)
+    left = tuple(n for n in range(low, high + 1) if n not in taken)
+    return st.sampled_from(left) if left else st.nothing()
+
+
+def _apart(draw: st.DrawFn, values: st.SearchStrategy[int], taken: tuple[int, ...]) -> int:
+    """A value not in `taken`, in eight tries (a filter, without a new strategy to validate at
+    every draw), else the example is rejected."""
+    for _ in range(8):
+        value = draw(values)
+        if value not in taken:
+            return value
+    assume(False)
+    raise AssertionError("unreachable")  # assume(False) raises
 
 
 @dataclass(frozen=True, eq=False)
