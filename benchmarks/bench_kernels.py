@@ -233,7 +233,7 @@ def _oracle_variants(session: Any, ex: Any, dev: list[Any], qkv: tuple[Any, Any,
         "kernel": _threads(lambda: F.scaled_dot_product_attention(*dev, is_causal=True), 1,
                            default),
         "reference": _threads(lambda: kp._golden(ex, q, k, v, corner), 1, default),
-        "yardstick": _threads(lambda: kp._yardstick(ex, q, k, v, corner, golden), 1, default),
+        "yardstick": _threads(lambda: kp.Yardstick(ex, q, k, v, corner, golden)["o"], 1, default),
     }
 
 

@@ -255,3 +255,39 @@ def test_a_cache_answer_with_a_resized_cache_or_no_lse_is_refused() -> None:
                          ({**ok, "v_cache": cache.long()}, "not a floating tensor")):
         with pytest.raises(BadAnswer, match=says):
             check_results({"kind": "ok", "results": [forged]}, [step], device="cpu")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_yardstick_is_computed_as_far_as_the_verdict_needs_and_judges_as_the_whole(
+        dtype: str) -> None:
+    """An error within the floor computes no fair rounding, one past the first's allowance
+    computes the second; at every error the verdict and the message are those of the whole
+    yardstick (the larger error of both roundings), computed eagerly."""
+    from attnspec.properties import kernel as kp
+    from attnspec.properties import tolerance as tol
+
+    ex = kp.KernelExample(B=2, H=3, G=3, Tq=37, Tk=37, D=24, dtype=dtype, device="cpu",
+                          seed=5, scale=3.0, causal=True)
+    q, k, v = kp.inputs(ex)
+    golden = kp._golden(ex, q, k, v, "top_left")
+    low = getattr(torch, dtype)
+    whole = max(tol.max_abs_diff(kp.reference(ex, q, k, v, "top_left", low, reorder=r)[0],
+                                 golden[0])[0] for r in (False, True))
+    assert whole > 0
+    lazy = kp.Yardstick(ex, q, k, v, "top_left", golden)
+    assert kp._judge("o", golden[0], golden[0], lazy, ex) is None
+    assert lazy._left == [False, True]  # nothing computed: the floor covered it
+    floor = tol.floor(dtype, kp._finite_max(golden[0]))
+    computed = []
+    for err in (floor / 2, floor * 1.01, tol.K * whole + floor * 0.99,
+                tol.K * whole + floor * 1.01, 10 * (tol.K * whole + floor)):
+        got = golden[0].clone()
+        got[1, 2, 30, 5] += err
+        lazy = kp.Yardstick(ex, q, k, v, "top_left", golden)
+        said, eager = kp._judge("o", got, golden[0], lazy, ex), \
+            kp._judge("o", got, golden[0], whole, ex)
+        assert (said is None) == (eager is None), err
+        assert said is None or said.message == eager.message
+        computed.append(2 - len(lazy._left))
+    assert computed[0] == 0 and computed[-1] == 2, computed
+    assert lazy["o"] == whole and not lazy._left

@@ -7,6 +7,8 @@ impossible; it scales with the size of the values compared.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 K = 2.0
@@ -37,16 +39,18 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, tuple[int, ..
     if a.dtype == b.dtype and a.shape == b.shape and a.device == b.device and torch.equal(a, b):
         return 0.0, None
     a64, b64 = a.to(torch.float64), b.to(torch.float64)
-    diff = (a64 - b64).abs()
-    if not bool(diff.isfinite().all()):  # NaN or inf somewhere: say which differ, and how
+    diff = (a64 - b64).abs_()
+    if diff.numel() == 0:
+        return 0.0, None
+    flat = int(diff.argmax())  # argmax picks a NaN where there is one: a finite max is all
+    value = float(diff.reshape(-1)[flat])
+    if not math.isfinite(value):  # NaN or inf somewhere: say which differ, and how
         both_nan = a64.isnan() & b64.isnan()
         same_inf = (a64 == b64) & a64.isinf()
         diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
         diff = torch.nan_to_num(diff, nan=float("inf"))
-    if diff.numel() == 0:
-        return 0.0, None
-    flat = int(diff.argmax())
-    value = float(diff.reshape(-1)[flat])
+        flat = int(diff.argmax())
+        value = float(diff.reshape(-1)[flat])
     if value <= 0:
         return value, None
     index = []
