@@ -289,3 +289,27 @@ def test_a_runner_that_goes_silent_is_killed_at_its_deadline_and_its_pass_run_ag
     assert done.returncode == 0, done.stderr
     assert "status True [12, 12, 12]" in done.stdout, done.stdout + done.stderr
     assert "it sent nothing for 3 s, and was killed" in done.stdout, done.stdout
+
+
+def test_full_passes_start_longest_first_by_their_quick_pass() -> None:
+    """The pass whose quick pass took longest starts first: fresh_results (a third of a
+    kernel's verify) started last left the other runner idle for 3 of its 7 s."""
+    from types import SimpleNamespace
+
+    from attnspec.runner.lanes import Passes
+    from attnspec.runner.report import PropertyResult
+
+    props = ["width", "oracle", "fresh_results", "causality"]
+    session = SimpleNamespace(twinned=set(), _twin=None)
+    result = SimpleNamespace(properties=[PropertyResult(id=p) for p in props], failures=[])
+    passes = Passes(session, props, result, lambda: None, None, False, 10, [])  # type: ignore[arg-type]
+    for seconds in (0.05, 0.12, 0.13, 0.02):
+        job = passes._next("here")
+        assert job is not None and job[1] == "quick"
+        passes._done("here", job[0], "quick", PropertyResult(id=props[job[0]], verdict="pass",
+                                                             examples=10, seconds=seconds))
+    order = []
+    while (job := passes._next("here")) is not None:
+        order.append(props[job[0]])
+        passes._done("here", job[0], "full", PropertyResult(id=props[job[0]], verdict="pass"))
+    assert order == ["fresh_results", "oracle", "width", "causality"]

@@ -438,13 +438,17 @@ class Passes:
             return True
         return lane == "here" and bool(others)
 
-    def _preference(self, lane: str, i: int) -> tuple[bool, bool, int]:
+    def _preference(self, lane: str, i: int) -> tuple[bool, float, bool, int]:
         """Here, the passes that need the twin once it is loaded (else the others first, while
-        it loads); then those whose quick pass ran in this lane; then the order of the run."""
+        it loads); then the longest first, by its quick pass's time (a long pass started last
+        leaves the other lanes idle while it ends); then those whose quick pass ran in this
+        lane; then the order of the run."""
         twin_first = False
         if lane == "here":
             twin_first = (i in self.here_only) != (self.session._twin is not None)
-        return twin_first, self.quick_ran.get(i) != lane, i
+        quick = self.quick_passed.get(i)
+        longest_first = -quick.seconds if quick is not None else 0.0
+        return twin_first, longest_first, self.quick_ran.get(i) != lane, i
 
     def _stop(self) -> None:
         """No pass starts from now on; the passes under way end at their next example."""
