@@ -208,6 +208,27 @@ def test_a_kernel_case_reference_is_the_oracle_propertys() -> None:
     assert torch.equal(o, want_o) and torch.equal(lse, want_lse)
 
 
+def test_kernel_draws_keep_the_budgets_by_heads_and_rows_and_reach_every_bound() -> None:
+    """B x H x Tq x Tk x D stays within the flop budget (the float64 reference's cost) and the
+    scores within theirs, by taking heads and rows away: lengths up to max_seq, head dims up
+    to 256 and heads up to 32 are all still drawn."""
+    from attnspec.properties.kernel import KERNEL_BY_ID
+    from attnspec.reference.conventions import KernelConventions
+    from attnspec.runner.kernel_strategies import FLOP_BUDGET, SCORE_BUDGET, kernel_examples
+
+    drawn = _many(kernel_examples(KERNEL_BY_ID["oracle"], KernelConventions(
+        layout="bhsd", causal="bottom_right", window=None, features=("cross", "gqa")),
+        dtypes={"cpu": ["float32"]}, max_seq=256, max_heads=32, max_head_dim=256), n=800)
+    for ex in drawn:
+        assert ex.B * ex.H * ex.Tq * ex.Tk <= SCORE_BUDGET, ex
+        assert ex.B * ex.H * ex.Tq * ex.Tk * ex.D <= FLOP_BUDGET, ex
+        assert len({ex.B, ex.H, ex.Tq, ex.D}) == 4 and ex.Tk not in (ex.B, ex.H, ex.D), ex
+    assert max(max(ex.Tq, ex.Tk) for ex in drawn) == 256
+    assert max(ex.D for ex in drawn) == 256 and max(ex.H for ex in drawn) >= 30
+    widest = max(drawn, key=lambda ex: ex.B * ex.H * ex.Tq * ex.Tk * ex.D)
+    assert widest.B * widest.H * widest.Tq * widest.Tk * widest.D > FLOP_BUDGET // 4
+
+
 # ---- bad arguments ---------------------------------------------------------------------------
 
 

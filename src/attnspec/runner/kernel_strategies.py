@@ -39,6 +39,9 @@ __all__ = ["KERNEL_HEAD_DIMS", "KernelCase", "kernel_cases", "kernel_examples",
 KERNEL_HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256)
 _ODD_LENGTHS = (97, 113, 200, 239, 383, 799, 1000)
 SCORE_BUDGET = 1 << 20  # B x H x Tq x Tk at most: the float64 reference holds a few of these
+# B x H x Tq x Tk x D, as far as fewer heads and rows allow: the float64 reference's matmuls
+# (about 30 ms a call here); the widest 2% of examples took a third of a default verify.
+FLOP_BUDGET = 1 << 26
 NARROW_SEQ = 64  # a narrow example's longest sequence
 KERNEL_SHARE = 3  # one example in this many is wide where the bounds allow
 
@@ -152,31 +155,34 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
     # Narrow examples keep the long lengths (a tile bug needs T past 128; the cost is
     # B x H x Tq x Tk, which the budget bounds); the quick pass stays short.
     longest = min(max_seq, NARROW_SEQ) if narrow else max_seq
-    lengths_upto = kernel_lengths(max_value=longest)  # one strategy, not one per draw
+    # The strategies, built once, not at every draw (each new one is validated when drawn).
+    lengths_upto = kernel_lengths(max_value=longest)
+    placed, shares = st.sampled_from(pairs), st.integers(0, KERNEL_SHARE - 1)
+    dims = [d for d in KERNEL_HEAD_DIMS if d <= max_head_dim]
+    wide_dims = st.one_of(st.sampled_from(dims), st.integers(1, max_head_dim)) if dims else None
+    narrow_dims = st.integers(1, min(max_head_dim, NARROW_HEAD_DIM))
+    corners = st.sampled_from((True, False) if prop.id == "window" else (True, True, True, False))
+    quarter = st.integers(0, 3)
+    caps = st.sampled_from((None, None, None, 2.0, 5.0, 20.0))
+    own_scales = st.one_of(st.none(), st.floats(0.25, 2.0))
+    input_scales = st.sampled_from(prop.input_scales)
 
     @st.composite
     def draw(draw: st.DrawFn) -> KernelExample:
-        device, dtype = draw(st.sampled_from(pairs))
-        wide = not narrow and draw(st.integers(0, KERNEL_SHARE - 1)) == 0
+        device, dtype = draw(placed)
+        wide = not narrow and draw(shares) == 0
         heads = max_heads if wide else min(max_heads, NARROW_HEADS)
-        dims = [d for d in KERNEL_HEAD_DIMS if d <= max_head_dim]
-        D = draw(st.one_of(st.sampled_from(dims), st.integers(1, max_head_dim))
-                 if wide and dims else st.integers(1, min(max_head_dim, NARROW_HEAD_DIM)))
+        D = draw(wide_dims if wide and wide_dims is not None else narrow_dims)
         # Sizes are drawn apart (filtered as they are drawn, not rejected once all are: half
         # of all draws were rejected that way, each a whole example's draw).
         apart = distinct and not varlen
         fewest = 2 if prop.id == "gqa_grouping" else 1
         assume(heads >= fewest)
-        H = draw(_other_than(fewest, heads, (D,) if distinct else ()))
-        groups = [g for g in divisors(H) if g < H] if prop.id == "gqa_grouping" else (
-            divisors(H) if c.has("gqa") else [H])
-        G = draw(st.sampled_from(groups))
         # FlashInfer's window_left bounds the left side of a causal window only.
         causal = True if prop.id in ("causality", "masked_rows") or not c.has("noncausal") or (
             prop.id == "window" and c.window == "left") \
-            else draw(st.sampled_from((True, False) if prop.id == "window" else
-                                      (True, True, True, False)))
-        taken = (H, D)
+            else draw(corners)
+        taken = (D,)
         Tq = _apart(draw, lengths_upto, taken if apart else ())
         Tk = Tq
         if want_masked and cross:
@@ -185,13 +191,22 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
                 Tk = _apart(draw, st.integers(0, Tq - 1), taken if apart else ())
             else:
                 Tk = 0
-        elif cross and draw(st.integers(0, 3)):  # and Tk = Tq, self-attention, in one of four
+        elif cross and draw(quarter):  # and Tk = Tq, self-attention, in one of four
             Tk = _apart(draw, lengths_upto, taken if apart else ())
+        # H after the lengths, within both budgets (the reference's cost, not the lengths or
+        # head dims drawn, is what they bound; they never take H below its least).
+        scores = max(Tq, 1) * max(Tk, 1)
+        most = max(fewest, min(heads, SCORE_BUDGET // scores, FLOP_BUDGET // (scores * D)))
+        H = draw(_other_than(fewest, most, (D, Tq, Tk) if apart else (D,) if distinct else ()))
+        groups = [g for g in divisors(H) if g < H] if prop.id == "gqa_grouping" else (
+            divisors(H) if c.has("gqa") else [H])
+        G = draw(st.sampled_from(groups))
         B = draw(_other_than(max(prop.min_batch, 1), 4 if not wide else max(prop.min_batch, 2),
-                             (H, D, Tq, Tk) if apart else taken if distinct else ()))
-        while B * H * max(Tq, 1) * max(Tk, 1) > SCORE_BUDGET and B > prop.min_batch:
+                             (H, D, Tq, Tk) if apart else (H, D) if distinct else ()))
+        while B > prop.min_batch and (B * H * scores > SCORE_BUDGET
+                                      or B * H * scores * D > FLOP_BUDGET):
             B -= 1
-        assume(B * H * max(Tq, 1) * max(Tk, 1) <= SCORE_BUDGET)
+        assume(B * H * scores <= SCORE_BUDGET)
         lengths = None
         if varlen:
             low = 0 if prop.id == "varlen" else 1
@@ -206,24 +221,23 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
             assume(len(set(sizes)) == len(sizes) and (varlen or Tk not in (B, H, D)))
         window = None
         takes_window = c.window is not None and (causal or c.window != "left")
-        if takes_window and (prop.id == "window" or draw(st.integers(0, 3)) == 0):
+        if takes_window and (prop.id == "window" or draw(quarter) == 0):
             left = draw(st.one_of(st.integers(0, max(0, Tk)), st.none())
                         if prop.id != "window" else st.integers(0, max(0, Tk - 1)))
             right: int | None = 0 if causal else draw(st.one_of(st.none(), st.integers(0, Tk)))
             window = (left, right)
-        softcap = draw(st.sampled_from((None, None, None, 2.0, 5.0, 20.0))) if c.has(
-            "softcap") else None
-        alibi = c.has("alibi") and draw(st.integers(0, 3)) == 0
-        sinks = c.has("sinks") and not want_masked and draw(st.integers(0, 3)) == 0
+        softcap = draw(caps) if c.has("softcap") else None
+        alibi = c.has("alibi") and draw(quarter) == 0
+        sinks = c.has("sinks") and not want_masked and draw(quarter) == 0
         # A scale of its own, around 1/sqrt(D) (x 0.25 to 2): logits stay of trained size.
-        scale = draw(st.one_of(st.none(), st.floats(0.25, 2.0).map(
-            lambda f: f / D ** 0.5))) if c.has("scale") else None
+        own = draw(own_scales) if c.has("scale") else None
+        scale = None if own is None else own / D ** 0.5
         shift = Tk - Tq if c.causal == "bottom_right" else 0
         cuts = draw(_cuts(Tq, Tk, shift, window)) if prop.cuts else ()
         return KernelExample(
             B=B, H=H, G=G, Tq=Tq, Tk=Tk, D=D, dtype=dtype, device=device,
             seed=draw(SEEDS),
-            scale=draw(st.sampled_from(prop.input_scales)) if len(prop.input_scales) > 1
+            scale=draw(input_scales) if len(prop.input_scales) > 1
             else prop.input_scales[0],
             causal=causal, softmax_scale=scale, window=window, softcap=softcap, alibi=alibi,
             sinks=sinks, lengths=lengths, cuts=cuts)
