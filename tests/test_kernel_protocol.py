@@ -291,3 +291,51 @@ def test_the_yardstick_is_computed_as_far_as_the_verdict_needs_and_judges_as_the
         computed.append(2 - len(lazy._left))
     assert computed[0] == 0 and computed[-1] == 2, computed
     assert lazy["o"] == whole and not lazy._left
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+@pytest.mark.parametrize("features", [{}, {"softcap": 5.0, "alibi": True},
+                                      {"sinks": True, "window": (7, 0)}])
+def test_the_batched_reference_equals_the_reference_row_by_row(dtype: str,
+                                                               features: dict) -> None:
+    """Rows of equal lengths go to the core in one call: the values (and gradients) are those
+    of one call per row, bit for bit, in the golden's dtype and the example's, both roundings."""
+    import dataclasses
+
+    from attnspec.properties import kernel as kp
+
+    ex = kp.KernelExample(B=3, H=6, G=2, Tq=65, Tk=97, D=24, dtype=dtype, device="cpu",
+                          seed=4, scale=2.0, causal=True, **features)
+    by_row = dataclasses.replace(ex, lengths=((65, 97),) * 3)  # the varlen path: row by row
+    q, k, v = kp.inputs(ex)
+    do = kp.inputs(dataclasses.replace(ex, scale=1.0), 31)[0].double()
+    for low in (torch.float64, getattr(torch, dtype)):
+        for reorder in (False, True):
+            a, b = (kp.reference(e, q, k, v, "bottom_right", low, reorder=reorder, grad=do)
+                    for e in (ex, by_row))
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+            assert a[2] is not None and b[2] is not None
+            assert all(torch.equal(x, y) for x, y in zip(a[2], b[2], strict=True))
+
+
+def test_kernel_inputs_are_disjoint_windows_of_one_pool_copied_out_of_it() -> None:
+    """q, k and v come from one window of the process's pool of float64 N(0, 1) values (no
+    value shared between them), at an offset drawn from the seed and salt; they are copies
+    (a check that wrote into one could not change another example's); a request past half the
+    pool is drawn afresh."""
+    from attnspec.properties import kernel as kp
+
+    ex = kp.KernelExample(B=2, H=4, G=2, Tq=9, Tk=11, D=7, dtype="float64", device="cpu",
+                          seed=12, scale=1.0, causal=True)
+    q, k, v = kp._drawn(ex, 0)
+    values = torch.cat([t.flatten() for t in (q, k, v)])
+    assert values.unique().numel() == values.numel()
+    pool = kp._pool()
+    for t in (q, k, v):
+        assert t.untyped_storage().data_ptr() != pool.untyped_storage().data_ptr()
+    assert all(torch.equal(a, b) for a, b in zip(kp._drawn(ex, 0), (q, k, v), strict=True))
+    assert not torch.equal(kp._drawn(ex, 1)[0], q)
+    assert abs(float(pool.mean())) < 2e-3 and abs(float(pool.std()) - 1) < 2e-3
+    big = kp._normal(ex, 5, kp.POOL_SIZE // 2 + 1)
+    assert big.numel() == kp.POOL_SIZE // 2 + 1 and abs(float(big.std()) - 1) < 5e-3
+    assert big.untyped_storage().data_ptr() != pool.untyped_storage().data_ptr()
