@@ -152,9 +152,11 @@ def _drawn(ex: KernelExample, salt: int) -> tuple[Tensor, Tensor, Tensor]:
     dtype = dtype_from_name(ex.dtype)
     shapes = ((ex.B, ex.H, ex.Tq, ex.D), (ex.B, ex.G, ex.Tk, ex.D), (ex.B, ex.G, ex.Tk, ex.D))
     sizes = [math.prod(s) for s in shapes]
-    values = _normal(ex, salt, sum(sizes)).split(sizes)  # q, k and v: disjoint, one window
-    return tuple(  # type: ignore[return-value]
-        (x.view(s) * ex.scale).to(dtype) for x, s in zip(values, shapes, strict=True))
+    values = _normal(ex, salt, sum(sizes))  # q, k and v: disjoint parts of one window
+    starts = (0, sizes[0], sizes[0] + sizes[1])
+    q, k, v = ((values[a:a + n].view(s) * ex.scale).to(dtype)
+               for a, n, s in zip(starts, sizes, shapes, strict=True))
+    return q, k, v
 
 
 POOL_SIZE = 1 << 22  # float64 N(0, 1) values (32 MiB), drawn once per process from one seed
