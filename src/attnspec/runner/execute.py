@@ -10,6 +10,7 @@ attnspec in its own process changes only its own outputs, never a verdict.
 from __future__ import annotations
 
 import difflib
+import math
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ _T = TypeVar("_T")
 # bound (it sends the shape and dtype alone), and the runner refuses a frame over the answer's.
 _SLACK = 4  # an output may have 4 x its input's elements (a wrong shape, still sent whole)
 _SMALL = 4096  # elements any output may have, however small its input
+# Outputs smaller than this get 8 poisoned blocks, not 1: the allocator hands a small block back
+# from one of several free lists (aligned allocations), and one NaN block was found by
+# torch.empty in only about half the calls (64 KiB bounds the extra filling to 0.5 MiB a call).
+_FEW_POISONED = 1 << 16
 _PARAMS = 64  # parameter gradients: 64 x C² + 2^20 elements in all (the reference has 4 x C²)
 _HEADER = 1 << 22  # bytes for the JSON header: messages, parameter names, shapes
 _ITEM = 8  # bytes per element of the widest dtype sent, float64
@@ -195,10 +200,12 @@ def _same_memory(a: Tensor, b: Tensor) -> bool:
 
 
 def _poison(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device: str) -> None:
-    """NaN blocks of the outputs' sizes, freed at once: memory a kernel takes with
-    torch.empty and returns unwritten then holds NaN, not an earlier answer (best effort:
-    large CPU blocks come back from the OS as zeros, which the oracle rejects all the same)."""
-    blocks = [torch.full(shape, float("nan"), dtype=dtype, device=device) for shape in shapes]
+    """NaN blocks of the outputs' sizes (8 of each small one), freed at once: memory a kernel
+    takes with torch.empty and returns unwritten then holds NaN, not an earlier answer (best
+    effort: large CPU blocks come back from the OS as zeros, which the oracle rejects all the
+    same)."""
+    blocks = [torch.full(shape, float("nan"), dtype=dtype, device=device) for shape in shapes
+              for _ in range(8 if math.prod(shape) * dtype.itemsize < _FEW_POISONED else 1)]
     del blocks
 
 
