@@ -193,20 +193,41 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
                 Tk = 0
         elif cross and draw(quarter):  # and Tk = Tq, self-attention, in one of four
             Tk = _apart(draw, lengths_upto, taken if apart else ())
-        # H after the lengths, within both budgets (the reference's cost, not the lengths or
-        # head dims drawn, is what they bound; they never take H below its least).
+        # H after the lengths, then B, within both budgets (the reference's cost, not the
+        # lengths or head dims drawn, is what they bound: they never cut those).
         scores = max(Tq, 1) * max(Tk, 1)
-        most = max(fewest, min(heads, SCORE_BUDGET // scores, FLOP_BUDGET // (scores * D)))
-        H = draw(_other_than(fewest, most, (D, Tq, Tk) if apart else (D,) if distinct else ()))
+
+        def fits(b: int, h: int) -> bool:
+            return b * h * scores <= SCORE_BUDGET and b * h * scores * D <= FLOP_BUDGET
+
+        heads_apart_from = (D, Tq, Tk) if apart else (D,) if distinct else ()
+        least_H = _least_apart(fewest, heads_apart_from)
+        most = min(heads, max(least_H, min(SCORE_BUDGET // scores,
+                                           FLOP_BUDGET // (scores * D))))
+        H = draw(_other_than(fewest, most, heads_apart_from))
+        fewest_rows = max(prop.min_batch, 1)
+
+        def rows_apart_from(h: int) -> tuple[int, ...]:
+            return (h, D, Tq, Tk) if apart else (h, D) if distinct else ()
+
+        B = draw(_other_than(fewest_rows, max(4 if not wide else max(prop.min_batch, 2),
+                                              _least_apart(fewest_rows, rows_apart_from(H))),
+                             rows_apart_from(H)))
+        # B lowered to fit, never onto a size it must differ from; where even the least B is
+        # past a budget, H too; where the least of both are (long lengths at large D:
+        # --max-seq 1024 draws 1023 x 1023 with H = 1, B = 2), the example keeps them.
+        cheap = [b for b in range(fewest_rows, B + 1)
+                 if b not in rows_apart_from(H) and fits(b, H)]
+        if cheap:
+            B = max(cheap)
+        else:
+            fewer = [(h, _least_apart(fewest_rows, rows_apart_from(h)))
+                     for h in range(H - 1, least_H, -1) if h not in heads_apart_from]
+            H, B = next(((h, b) for h, b in fewer if fits(b, h)),
+                        (least_H, _least_apart(fewest_rows, rows_apart_from(least_H))))
         groups = [g for g in divisors(H) if g < H] if prop.id == "gqa_grouping" else (
             divisors(H) if c.has("gqa") else [H])
         G = draw(st.sampled_from(groups))
-        B = draw(_other_than(max(prop.min_batch, 1), 4 if not wide else max(prop.min_batch, 2),
-                             (H, D, Tq, Tk) if apart else (H, D) if distinct else ()))
-        while B > prop.min_batch and (B * H * scores > SCORE_BUDGET
-                                      or B * H * scores * D > FLOP_BUDGET):
-            B -= 1
-        assume(B * H * scores <= SCORE_BUDGET)
         lengths = None
         if varlen:
             low = 0 if prop.id == "varlen" else 1
@@ -243,6 +264,13 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
             sinks=sinks, lengths=lengths, cuts=cuts)
 
     return draw()
+
+
+def _least_apart(low: int, taken: tuple[int, ...]) -> int:
+    """The least value from `low` on that is not in `taken`."""
+    while low in taken:
+        low += 1
+    return low
 
 
 def _other_than(low: int, high: int, taken: tuple[int, ...]) -> st.SearchStrategy[int]:
