@@ -2,9 +2,10 @@
 
 A kernel example is its sizes (B, H, G, Tq, Tk, D), dtype, device, seed, input scale and what
 the call uses (causal, scale, window, soft cap, ALiBi, sinks, varlen lengths). A check draws
-q, k, v (float64 randn x scale, cast to the dtype), converts them to the kernel's declared
-layout, asks the worker for the kernel's outputs and converts those back: everything is
-compared in the reference's layout, o `"B H Tq D"` and the LSE `"B H Tq"` in natural log.
+q, k, v (float64 N(0, 1) values from a per-process pool x scale, cast to the dtype), converts
+them to the kernel's declared layout, asks the worker for the kernel's outputs and converts
+those back: everything is compared in the reference's layout, o `"B H Tq D"` and the LSE
+`"B H Tq"` in natural log.
 
 Exact comparisons only between identical calls (same shapes, same positions), with the
 kernel's own jitter (two identical calls) as the allowance; everything else is the rule of
@@ -135,8 +136,9 @@ def _gen(ex: KernelExample, salt: int) -> torch.Generator:
 
 
 def inputs(ex: KernelExample, salt: int = 0) -> tuple[Tensor, Tensor, Tensor]:
-    """q (B, H, Tq, D), k and v (B, G, Tk, D): float64 randn x scale, in the dtype (the same
-    tensors again for the same example and salt: checks only read them)."""
+    """q (B, H, Tq, D), k and v (B, G, Tk, D): float64 N(0, 1) values read from the pool
+    (`_normal`) x scale, in the dtype (the same tensors again for the same example and salt:
+    checks only read them)."""
     key = (ex, salt)
     if key not in _INPUTS:
         if len(_INPUTS) >= 64:
