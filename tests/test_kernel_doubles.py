@@ -865,7 +865,9 @@ def test_rounding_double_rounds_by_position() -> None:
     aligned = module.attention(q, k, v, causal=True)[0]
     unaligned = module.attention(shifted, k, v, causal=True)[0]
     assert not torch.equal(aligned, unaligned)
-    assert torch.allclose(aligned, unaligned, rtol=1e-6, atol=0)
+    # within the double's rounding, not 1e-6 of each value: on AMD EPYC (AVX-512) torch's own
+    # matmul also rounds by q's alignment, 6e-6 off (300 ulp) where a row's terms cancel
+    assert far(aligned, unaligned, case.tol()) is None
 
 
 def correct_twin(module: ModuleType) -> ModuleType:
