@@ -11,10 +11,13 @@ import torch
 from torch import Tensor, nn
 from transformers import DynamicCache
 
+from ._float32_buffers import Float32Buffers
 
-class HFDecoderAttention(nn.Module):
+
+class HFDecoderAttention(Float32Buffers):
     """Subclasses set `config`, `attn` (the layer's attention), `rotary` and `make_mask` (HF's
-    create_causal_mask or its sliding-window twin)."""
+    create_causal_mask or its sliding-window twin). The rotary frequencies stay float32 through
+    .to(dtype), as transformers loads them."""
 
     config: Any
     attn: nn.Module

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from ..reference.spec import AttentionSpec
+from ._float32_buffers import Float32Buffers
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "TRANSFORMERS", "backends_of", "model_types",
            "runnable_backends", "subject"]
@@ -88,8 +89,9 @@ def _signature_names(fn: Callable[..., Any]) -> frozenset[str]:
         return frozenset()
 
 
-class HFModelAttention(nn.Module):
-    """A one-layer transformers model whose first attention layer is the subject."""
+class HFModelAttention(Float32Buffers):
+    """A one-layer transformers model whose first attention layer is the subject (its rotary
+    frequencies stay float32 through .to(dtype), as from_pretrained(dtype=) leaves them)."""
 
     def __init__(self, family: Any, spec: AttentionSpec, backend: str) -> None:
         super().__init__()
