@@ -214,8 +214,8 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
                                               _least_apart(fewest_rows, rows_apart_from(H))),
                              rows_apart_from(H)))
         # B lowered to fit, never onto a size it must differ from; where even the least B is
-        # past a budget, H too; where the least of both are (long lengths at large D:
-        # --max-seq 1024 draws 1023 x 1023 with H = 1, B = 2), the example keeps them.
+        # past a budget, H too; where the least of both are (--max-seq past 256 or
+        # --max-head-dim past 512: 1023 x 1023 with H = 1, B = 2), the example keeps them.
         cheap = [b for b in range(fewest_rows, B + 1)
                  if b not in rows_apart_from(H) and fits(b, H)]
         if cheap:
@@ -364,7 +364,9 @@ def kernel_cases(*, layout: str | None = None, corner: str | None = None,
 
     Sizes: H up to max_heads (default 32), D up to max_head_dim (default 256), Tq and Tk up
     to max_seq (default 256) from `kernel_lengths`; two in three cases narrow (H <= 8,
-    D <= 16); B x H x Tq x Tk at most 2**20. `distinct` (default True): B, H, Tq and D pairwise
+    D <= 16); B x H x Tq x Tk at most 2**20 and B x H x Tq x Tk x D at most 2**26 by fewer
+    rows and heads, past them only where even the least B and H are (lengths past 256 or
+    head dims past 512: lengths and head dims are never cut). `distinct` (default True): B, H, Tq and D pairwise
     different, so that a layout mix-up cannot hide behind equal sizes. Inputs: float64
     N(0, 1) x 1, 2 or 3 from the case's seed, cast to `dtype` (default float32) on `device`
     (default "cpu").
