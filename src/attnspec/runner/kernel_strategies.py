@@ -366,10 +366,10 @@ def kernel_cases(*, layout: str | None = None, corner: str | None = None,
     to max_seq (default 256) from `kernel_lengths`; two in three cases narrow (H <= 8,
     D <= 16); B x H x Tq x Tk at most 2**20 and B x H x Tq x Tk x D at most 2**26 by fewer
     rows and heads, past them only where even the least B and H are (lengths past 256 or
-    head dims past 512: lengths and head dims are never cut). `distinct` (default True): B, H, Tq and D pairwise
-    different, so that a layout mix-up cannot hide behind equal sizes. Inputs: float64
-    N(0, 1) x 1, 2 or 3 from the case's seed, cast to `dtype` (default float32) on `device`
-    (default "cpu").
+    head dims past 512: lengths and head dims are never cut). `distinct` (default True): B, H,
+    Tq and D pairwise different, so that a layout mix-up cannot hide behind equal sizes.
+    Inputs: float64 N(0, 1) x 1, 2 or 3 from the case's seed, cast to `dtype` (default
+    float32) on `device` (default "cpu").
 
     >>> case = kernel_cases(layout="bshd", features=("gqa", "softcap")).example()
     ... # doctest: +SKIP
