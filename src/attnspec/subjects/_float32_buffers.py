@@ -36,15 +36,15 @@ class Float32Buffers(nn.Module):
     every other buffer and every parameter is converted as usual."""
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Any:
-        # Before the first conversion: as built. The worker converts once, and the adapters
-        # refuse dynamic NTK (whose forward re-registers inv_freq), so the snapshot stays true.
+        # Before the first conversion: as built (every name kept in some dtype is kept in
+        # bfloat16). The worker converts once, and the adapters refuse dynamic NTK (whose
+        # forward re-registers inv_freq), so the snapshot stays true.
         if "_float32_buffers" not in self.__dict__:
             self.__dict__["_float32_buffers"] = {
                 (owner, name): buffer.detach().clone()
                 for owner, module in self.named_modules()
                 for name, buffer in module.named_buffers(recurse=False)
-                if buffer.dtype == torch.float32 and (
-                    kept_in_float32(name, torch.bfloat16) or kept_in_float32(name, torch.float16))}
+                if buffer.dtype == torch.float32 and kept_in_float32(name, torch.bfloat16)}
         out = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
         kept: dict[tuple[str, str], Tensor] = self.__dict__["_float32_buffers"]
         for (owner, name), value in kept.items():
