@@ -6,7 +6,7 @@ import dataclasses
 import difflib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -164,6 +164,14 @@ def _path_oracle(path: str, got: Tensor, golden: Tensor, yard: float, ex: Exampl
 _UNINITIALISED = 1e6
 
 
+def missing_biases(weights: Collection[str], ex: Example) -> list[str]:
+    """The projections' biases a spec with biases has and an export left out (Qwen2's o_proj
+    has none): each counts as zero."""
+    if not ex.attention.bias:
+        return []
+    return [f"{n}_bias" for n in "qkvo" if f"{n}_bias" not in weights]
+
+
 def _checked_weights(result: Mapping[str, Any], ex: Example) -> dict[str, Tensor]:
     """The exported weights, checked against the spec: its keys (`weight_shapes`, the authority),
     their shapes, the declared bias, and values that an initialised parameter has."""
@@ -190,21 +198,11 @@ def _checked_weights(result: Mapping[str, Any], ex: Example) -> dict[str, Tensor
                     "k and v (G·D, C), o (C, H·D)")
             raise SubjectFault(f"export_weights: {key} is {tuple(value.shape)}, but must be "
                                f"{want} ({what}, nn.Linear layout).")
-    if ex.spec is not None:  # protocol v2 declares its biases; v1's are optional
-        biases = [f"{n}_bias" for n in "qkvo"]  # the projections' (a LayerNorm's are its own)
-        missing = [k for k in biases if k not in weights]
-        present = [k for k in biases if k in weights]
-        if spec.bias and missing:
-            raise SubjectFault(
-                f"export_weights has no {', '.join(missing)}, but the spec declares bias=True "
-                f"(q, k, v and o each have a bias): export {'it' if len(missing) == 1 else 'them'}"
-                " (a zero tensor where the layer has none, as Qwen2's o_proj), or declare "
-                "bias=False (VARIANTS {'bias': [False]}) if the module has no biases.")
-        if not spec.bias and present:
-            raise SubjectFault(
-                f"export_weights has {', '.join(present)}, but the spec declares bias=False: "
-                "build the module without biases when spec.bias is False (nn.Linear(..., "
-                "bias=spec.bias)), or let VARIANTS say which biases it supports.")
+    if spec.bias:  # a bias left out is none (zero), as it always was: a wrapper keeps its verdict
+        for key in missing_biases(weights, ex):
+            like = weights[f"{key[0]}_weight"]
+            weights = {**weights, key: torch.zeros(shapes[key], dtype=like.dtype,
+                                                   device=like.device)}
     for key, value in weights.items():
         value = value.detach()
         bad = ~torch.isfinite(value)

@@ -137,6 +137,21 @@ class _Result:
                                 "of the exported keys.")
         elif op == "pullback":
             self.tensors("params", optional=True)
+        elif op == "module_type":
+            self.plain("type", str)
+            self.plain("mha", bool)
+        elif op == "find_weights":
+            found = self.plain("candidates", list)
+            keys = {*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS}
+            if len(found) > 8 or not all(
+                    isinstance(c, dict) and isinstance(c.get("id"), str)
+                    and isinstance(c.get("describe"), str) and isinstance(c.get("weights"), dict)
+                    and set(c["weights"]) <= keys and all(
+                        isinstance(t, Tensor) and t.is_floating_point()
+                        for t in c["weights"].values()) for c in found):
+                raise BadAnswer(f"{self.what} has 'candidates' {_shown(found)}, not up to 8 "
+                                "guesses of an id, a description and weights by the protocol's "
+                                "keys.")
         elif op == "kernel":
             self.kernel(device, layout)
         elif op == "kernel_cache":

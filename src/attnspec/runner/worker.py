@@ -70,6 +70,7 @@ class SubjectInfo:
     cuda: bool
     protocol: int | str = 1  # 1, 2 or "kernel"
     variants: dict[str, Any] | None = None  # protocol v2: what the subject lets vary
+    revision: str | None = None  # protocol v2's revision: what its VARIANTS "any" means
     kernel: dict[str, Any] | None = None  # a kernel's conventions (KernelConventions.to_json)
     hooks: tuple[str, ...] = ()  # protocol v2's inference hooks it defines
     corner: str = "bottom_right"
@@ -77,6 +78,9 @@ class SubjectInfo:
     padding_values: str = "any"
     world_sizes: tuple[int, ...] = (2, 4)
     cp_layout: str = "head_tail"
+    # The runner's own, never the worker's: the weights it found by name and confirmed
+    # (runner/finder.py), which export and pullback steps then use in place of export_weights.
+    found: str | None = None
 
     @classmethod
     def of(cls, subject: Subject, sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM,
@@ -105,7 +109,8 @@ class SubjectInfo:
         return cls(name=subject.name, origin=subject.origin,
                    has_export=subject.export_weights is not None, dtypes=subject.dtypes,
                    supported=supported, cuda=torch.cuda.is_available(),
-                   protocol=subject.protocol, variants=subject.variants, kernel=subject.kernel,
+                   protocol=subject.protocol, variants=subject.variants,
+                   revision=subject.revision, kernel=subject.kernel,
                    hooks=tuple(subject.hooks), corner=subject.corner,
                    masked_rows=subject.masked_rows, padding_values=subject.padding_values,
                    world_sizes=subject.world_sizes, cp_layout=subject.cp_layout)
@@ -117,7 +122,7 @@ class SubjectInfo:
         from ..reference.inference import CORNERS, MASKED_ROWS, PADDING_VALUES
         from ..reference.sharding import LAYOUTS
         from ..reference.spec import VARIABLE_FIELDS
-        from .subject import DTYPE_NAMES, HOOKS
+        from .subject import DTYPE_NAMES, HOOKS, REVISIONS
 
         if not isinstance(data, dict):
             raise TargetError(f"'info' is {_clipped(data)}, not an object")
@@ -174,6 +179,9 @@ class SubjectInfo:
                        (c, h) for c, h in supported),
                    cuda=get("cuda", bool, required=True),
                    protocol=protocol, variants=variants, kernel=kernel,
+                   revision=None if protocol != 2 else (  # none said: as first published
+                       one_of("revision", REVISIONS, "2.0") if data.get("revision") is not None
+                       else "2.0"),
                    hooks=tuple(items("hooks", lambda h: h in HOOKS, [])),
                    corner=one_of("corner", CORNERS, "bottom_right"),
                    masked_rows=one_of("masked_rows", MASKED_ROWS, "zero"),
@@ -683,7 +691,7 @@ def _subject_from_object(obj: Any) -> Subject:
     dtypes = (tuple(dtype_name(d) for d in declared if isinstance(d, torch.dtype))
               if declared is not None else None)
     name = getattr(obj, "__name__", type(obj).__name__)
-    protocol, variants = protocol_of(obj, str(name))
+    protocol, variants, revision = protocol_of(obj, str(name))
     hooks, corner, masked_rows, padding_values = _hooks(obj, str(name), protocol)
     world_sizes, cp_layout = sharding_of(obj, str(name))
     return Subject(target=str(name), name=str(name), build=build, hooks=hooks, corner=corner,
@@ -692,4 +700,4 @@ def _subject_from_object(obj: Any) -> Subject:
                    export_weights=getattr(obj, "export_weights", None),
                    supports=getattr(obj, "supports", None), dtypes=dtypes,
                    origin=str(getattr(obj, "__file__", name)), protocol=protocol,
-                   variants=variants)
+                   variants=variants, revision=revision)
