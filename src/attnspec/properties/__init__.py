@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 
-from .base import Context, Example, Outcome, SubjectFault, Unsupported, _inputs
+from .base import Context, Example, Outcome, SubjectFault, Unfound, Unsupported, _inputs
 from .basic import (
     check_determinism,
     check_divisibility,
@@ -28,6 +28,7 @@ from .causal import (
     check_batch_independence,
     check_causality,
     check_grad_causality,
+    check_mixing,
     check_prefix,
     check_window,
 )
@@ -100,6 +101,7 @@ PROPERTIES: tuple[Property, ...] = (
              input_scales=TRAINED),
     Property("cp_equivalence", check_cp_equivalence, needs_hook="shard_positions",
              shards="positions", input_scales=TRAINED),
+    Property("mixing", check_mixing, uses_cuts=True),
 )
 
 
@@ -111,7 +113,7 @@ BY_ID: dict[str, Property] = {p.id: p for p in PROPERTIES}
 
 # The properties whose self-comparisons are split between a worker and its twin.
 TWINNED = frozenset({"causality", "batch_independence", "decode", "padding_invariance",
-                     "masked_rows", "causal_corner", "relative_position"})
+                     "masked_rows", "causal_corner", "relative_position", "mixing"})
 
 
 def _fitted_scale(ctx: Context, ex: Example) -> tuple[Example, str | None]:
@@ -147,5 +149,7 @@ def run_check(executor: Executor, prop: str, ex: Example,
         outcome = Outcome("error", str(fault))
     except Unsupported as declined:
         outcome = Outcome("unsupported", str(declined))
+    except Unfound as unfound:  # not the subject's fault, and no evidence: not an example
+        outcome = Outcome("skip", str(unfound), notes=[str(unfound)])
     outcome.forwards = ctx.forwards
     return outcome

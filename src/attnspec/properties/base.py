@@ -116,6 +116,10 @@ class Unsupported(Exception):
     """A protocol v2 subject's supports(spec) declined the example's spec: no example at all."""
 
 
+class Unfound(Exception):
+    """The weights found by name at the run's probe are not in this example's module."""
+
+
 class Requested(Protocol):
     """What a request is built for: a module example or a kernel example."""
 
@@ -154,6 +158,10 @@ class Context:
                check_layout: bool = True) -> None:
         """`request`'s first half: the worker starts while the runner computes its side."""
         self.forwards += sum(1 for s in steps if s["op"] in ("forward", "grad", "kernel"))
+        found = getattr(getattr(self.executor, "info", None), "found", None)
+        if found is not None:  # the weights found by name stand in for export_weights
+            steps = [{**s, "found": found} if s["op"] in ("export", "pullback") else s
+                     for s in steps]
         self._steps, self._layout = list(steps), check_layout
         if ex is not None:
             self._device = ex.device
@@ -164,6 +172,8 @@ class Context:
         answer = self.executor.collect()
         try:
             kind, message = check_kind(answer)
+            if kind == "unsupported" and answer.get("unfound") is True:
+                raise Unfound(message)
             if kind == "unsupported":
                 raise Unsupported(message)
             if kind != "ok":
@@ -322,7 +332,7 @@ def _steady(prop: str, ex: Example, change: str, jitter: float, scale: float) ->
 # one property are never another's main-side rows, even for the same seed and shape.
 _BASE = {"batch_independence": 20_000, "decode": 21_000, "padding_invariance": 22_000,
          "masked_rows": 23_000, "causal_corner": 24_000, "relative_position": 25_000,
-         "window": 26_000}
+         "window": 26_000, "mixing": 27_000}
 
 
 def _probe(ex: Example, like: Tensor, salt: int) -> list[dict[str, Any]]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
+from ..reference.spec import ALiBi, AttentionSpec
 from ..reference.variants import spec_attention
 from . import tolerance as tol
 
@@ -35,7 +37,7 @@ from .base import (
     _steady,
     weights_in,
 )
-from .yardsticks import _checked_weights, _yardstick_weights
+from .yardsticks import _checked_weights, _has_export, _yardstick_weights
 
 
 def check_causality(ctx: Context, ex: Example) -> Outcome:
@@ -81,8 +83,22 @@ def check_causality(ctx: Context, ex: Example) -> Outcome:
     allowed = tol.K * jitter
     change = f"changing inputs after position t={t} changed outputs at or before t by {err:.3g}"
     if err > allowed:
+        leaks = []  # per leaking block: whether only the output at its cut itself moved
+        for i, cut in enumerate(cuts):
+            rows = slice(i * ex.B, (i + 1) * ex.B)
+            if tol.max_abs_diff(moved1[rows, :cut + 1], same1[rows, :cut + 1])[0] > allowed:
+                earlier = tol.max_abs_diff(moved1[rows, :cut], same1[rows, :cut])[0] \
+                    if cut else 0.0
+                leaks.append((cut, earlier <= allowed))
+        only = ""
+        # Only query t moved, the one next to the changed positions, at a cut with earlier ones.
+        if all(alone for _, alone in leaks) and any(cut >= 1 for cut, _ in leaks):
+            only = (" (only the output at t itself moved, the position just before the changed "
+                    "ones: the mask is likely one position off, each query seeing the next key, "
+                    "as tril(diagonal=1) gives)")
         return _fail(f"{change} (allowed {allowed:.3g}, the subject's own jitter x{tol.K:g})"
-                     f"{_at(index)}: a future token leaks into the past.", err, allowed, index, t)
+                     f"{_at(index)}: a future token leaks into the past{only}.", err, allowed,
+                     index, t)
     _steady("causality", ex, change + _at(index), jitter, float(same1.abs().max()))
     return Outcome(PASS)
 
@@ -273,3 +289,148 @@ def check_window(ctx: Context, ex: Example) -> Outcome:
                      f"window's inside edge not judged in {ex.dtype} without export_weights (a "
                      "key of small weight may not show)")
     return Outcome(PASS, notes=sorted(set(notes)))
+
+
+# mixing: each earlier position is changed to fresh values x8 in two directions, of either
+# sign, so that one of them makes its key score high (q_t . k_s flips with k_s) and the query t
+# takes in its value visibly, however peaked or saturated the rows are at the subject's own
+# weights (one direction can be nearly orthogonal to q_t's reading of it: a trained-size
+# double, C = 5, went unmoved in one row that way).
+_MIX_GAIN = 8.0
+_MIX_WAYS = 4  # copies per source: two directions, two signs
+_MIX_SOURCES = 4  # positions changed per example: the first within reach, the nearest, 2 cuts
+# Where a change exceeds this many floors, it is dependence, not rounding (identical calls that
+# jitter by half this much fail determinism): no second round of calls is needed.
+_MIX_CLEAR = 16
+# ALiBi: a key's penalty slope x distance beyond this leaves it a weight below e^-8 of the
+# nearest's even when its score is the row's highest: without exports it is not judged there.
+_ALIBI_REACH = 8.0
+
+
+def _alibi_reach(spec: AttentionSpec, t: int) -> int:
+    """The earliest position whose key reaches query t visibly under ALiBi (0 without it)."""
+    from ..reference.spec import alibi_slopes
+
+    if not isinstance(spec.positions, ALiBi):
+        return 0
+    slopes = spec.positions.slopes or tuple(alibi_slopes(spec.n_head))
+    least = min(abs(s) for s in slopes)
+    if least * t <= _ALIBI_REACH:  # every key in reach (a slope of 0, or nearly)
+        return 0
+    return max(0, t - int(_ALIBI_REACH / least))
+
+
+def check_mixing(ctx: Context, ex: Example) -> Outcome:
+    """The output at the last position t depends on earlier ones: changing x at position s < t
+    (fresh values x8, two directions, either sign) must move the output at t, for the first
+    position within the spec's reach (0 for full causal attention, t - window + 1 with a
+    window), the one after it, the nearest (t - 1) and a drawn cut between. The identity, a
+    per-position map (a Linear, an MLP), an undeclared window and a dropped first key fail it;
+    no weights are needed."""
+    spec = ex.attention
+    t = ex.T - 1
+    first = 0 if spec.window is None else max(0, t - spec.window + 1)
+    if t < 1 or first >= t:
+        return Outcome(PASS, notes=["T=1: no earlier position" if t < 1 else
+                                    "window 1: each query sees only its own key"])
+    has_export = _has_export(ctx)
+    if not has_export:
+        first = max(first, _alibi_reach(spec, t))
+    # The first within reach and the one after it tell a dropped first key from a window.
+    inner = sorted({c for c in ex.cuts if first + 1 < c < t - 1})[:_MIX_SOURCES - 3]
+    sources = sorted({first, min(first + 1, t - 1), t - 1, *inner})
+    x = _inputs(ex, salt=_BASE["mixing"])
+    changed = []
+    for i, s in enumerate(sources):
+        for way in range(_MIX_WAYS // 2):
+            fresh = _inputs(ex, salt=27_100 + 10 * i + way)[:, s] * _MIX_GAIN
+            for sign in (1.0, -1.0):
+                xt = x.clone()
+                xt[:, s] = sign * fresh
+                changed.append(xt)
+    same, moved = torch.cat([x] * len(changed)), torch.cat(changed)
+    shows: list[bool] | None = None
+    if has_export:  # the reference on the subject's weights says where a change must show
+        (exported,) = ctx.request(ex, [{"op": "export"}])
+        weights = weights_in(_checked_weights(exported, ex), same.double())
+    ctx.submit_apart(ex, [{"op": "forward", "x": same}], [{"op": "forward", "x": moved}])
+    if has_export:
+        with torch.no_grad():  # while the subject runs
+            ref_same = spec_attention(same[:, :t + 1].double(), weights, spec)[:, t]
+            ref_moved = spec_attention(moved[:, :t + 1].double(), weights, spec)[:, t]
+        floor = 4 * tol.floor(ex.dtype, float(ref_same.abs().max()))
+        shows = [max(_row_change(ref_moved, ref_same, ex.B, _MIX_WAYS * i + k)
+                     for k in range(_MIX_WAYS)) > floor for i in range(len(sources))]
+    mine, theirs = ctx.collect_apart()
+    (same1,), (moved1,) = _outputs([same], mine), _outputs([moved], theirs)
+    _finite("mixing", "forward", same1, moved1)
+
+    def changes(a: Tensor, b: Tensor) -> list[float]:  # per source, the most of its copies
+        return [max(_row_change(a[:, t], b[:, t], ex.B, _MIX_WAYS * i + k)
+                    for k in range(_MIX_WAYS)) for i in range(len(sources))]
+
+    found = changes(moved1, same1)
+    judged = [i for i in range(len(sources)) if shows is None or shows[i]]
+    scale = float(same1.abs().max()) if same1.numel() else 1.0
+    notes = [] if len(judged) == len(sources) else [
+        "mixing not judged where the reference's own change at t is below the dtype's "
+        "resolution"]
+    if all(found[i] > _MIX_CLEAR * tol.floor(ex.dtype, scale) for i in judged):
+        return Outcome(PASS, notes=notes)
+    # Jitter from pairs of equal calls: each side again, and one fresh input on both sides.
+    probe = _probe(ex, same, 4000)
+    ctx.submit_apart(ex, [{"op": "forward", "x": same}, *probe],
+                     [{"op": "forward", "x": moved}, *probe])
+    mine, theirs = ctx.collect_apart()
+    (same2, mine_z), (moved2, their_z) = (_outputs([same, same], mine),
+                                          _outputs([moved, moved], theirs))
+    jitter = _jitter((same1, same2), (moved1, moved2), (mine_z, their_z))
+    allowed = tol.K * jitter
+    still = [sources[i] for i in judged if not found[i] > allowed]
+    if still and shows is None and ex.dtype in ("bfloat16", "float16"):
+        # Without weights a 16-bit output may round a light key's change away (C = 1: the
+        # value's share of 1/T, under a bias of 1): no evidence either way, as window's edge.
+        why = (f"mixing not judged in {ex.dtype} without export_weights where a change did not "
+               "show (a key of small weight may round away)")
+        if len(still) == len(sources):
+            return Outcome("skip", why, notes=[why])
+        return Outcome(PASS, notes=[*notes, why])
+    if not still:
+        return Outcome(PASS, notes=notes)
+    worst = max(found[sources.index(s)] for s in still)
+    _steady("mixing", ex, f"changing the input at positions {still} moved the output at t={t} "
+            f"by at most {worst:.3g}", jitter, scale)
+    reached = [s for s in sources if s not in still]
+    if not reached and len(sources) == 1:
+        what = ("the only earlier position does not reach it: the first key is dropped, or the "
+                "output at each position depends on that position alone (the identity, a "
+                "per-position map such as a Linear), which is not attention")
+    elif not reached:
+        what = (f"no earlier position ({', '.join(map(str, still))}) reaches it: the output at "
+                "each position depends on that position alone (the identity, a per-position map "
+                "such as a Linear or an MLP, or an output projection of zeros), which is not "
+                "attention")
+    elif still == [0] and spec.window is None and not isinstance(spec.positions, ALiBi):
+        what = (f"position 0 does not reach it, though {', '.join(map(str, reached))} do: the "
+                f"first key (a BOS token) is dropped, or the subject has a window of {t} "
+                "keys or fewer that the spec does not declare")
+    else:
+        span = t - max(still)
+        declared = "no window" if spec.window is None else f"a window of {spec.window}"
+        what = (f"positions {still} do not reach it, though {reached} do: the subject attends "
+                f"to at most the last {span} key{'s' * (span != 1)}, and the spec declares "
+                f"{declared}")
+    moved_by = found[sources.index(still[0])]
+    return _fail(f"changing the input at position {still[0]} (fresh values x{_MIX_GAIN:g}, two "
+                 f"directions, either sign) moved the output at t={t} by {moved_by:.3g}"
+                 f" (it must move by more than the subject's own jitter x{tol.K:g}, "
+                 f"{allowed:.3g}): {what}.", None, allowed, None, still[0])
+
+
+def _row_change(a: Tensor, b: Tensor, B: int, block: int) -> float:
+    """How far block `block` of a (block·B, C) pair moved, in the row that moved most (a row's
+    q_t may read a change's direction as nearly nothing; another row's does not)."""
+    rows = slice(block * B, (block + 1) * B)
+    diff = (a[rows].double() - b[rows].double()).abs()
+    diff = torch.nan_to_num(diff, nan=math.inf)
+    return float(diff.max()) if diff.numel() else 0.0
