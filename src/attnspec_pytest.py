@@ -52,6 +52,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "of each failure (not under xdist's -n)")
     group.addoption("--attnspec-seed", type=int, default=None, metavar="N",
                     help="the same seed draws the same examples")
+    group.addoption("--attnspec-black-box", action="store_true", default=None,
+                    help="accept a pass without the oracle (the subject exports no weights and "
+                         "none are found by name); without it its test fails as incomplete "
+                         "(ini: attnspec_black_box = true)")
+    group.addoption("--attnspec-require", action="append", default=None, metavar="IDS",
+                    help="comma-separated property ids that must run, besides the oracle; a "
+                         "skipped one fails as incomplete")
+    parser.addini("attnspec_black_box", type="bool", default=False,
+                  help="accept a pass without the oracle (as --attnspec-black-box)")
 
 
 def subject_requested(config: pytest.Config) -> bool:

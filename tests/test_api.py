@@ -89,7 +89,8 @@ def test_property_ids_are_designs_contract() -> None:
         "width", "dtype", "divisibility", "causality", "prefix", "batch_independence",
         "determinism", "input_unchanged", "finite", "oracle", "oracle_grad", "grad_causality",
         "device_agreement", "window", "gqa_grouping", "decode", "padding_invariance",
-        "masked_rows", "causal_corner", "relative_position", "tp_equivalence", "cp_equivalence")
+        "masked_rows", "causal_corner", "relative_position", "tp_equivalence", "cp_equivalence",
+        "mixing")
 
 
 def test_verify_accepts_a_module_object_in_process() -> None:

@@ -42,16 +42,16 @@ def test_a_broken_subject_fails_with_its_counterexample_and_replay(project: Path
     assert "causality fail on leaky_attention.py: changing inputs after position" in out
     assert "replay: attnspec verify leaky_attention.py --only causality --replay" in out
     assert "largest violation seen:" in out
-    assert "2 failed, 1 passed, 19 deselected" in out  # width passes; grad_causality fails too
+    assert "2 failed, 1 passed, 20 deselected" in out  # width passes; grad_causality fails too
 
 
 def test_a_correct_subject_passes_and_the_projects_own_tests_still_run(project: Path) -> None:
     done = pytest_in(project, "--attnspec-subject", "attnspec.subjects.sdpa",
                      "--attnspec-max-examples", "5", "tests", "-q")
     assert done.returncode == 0, done.stdout[-3000:]
-    # 12 properties and the project's own test pass; device_agreement skips without a GPU,
-    # window, gqa_grouping and the five inference properties for a protocol 1 subject.
-    want = "14 passed, 9 skipped" if torch.cuda.is_available() else "13 passed, 10 skipped"
+    # 13 properties (mixing among them) and the project's own test pass; device_agreement
+    # skips without a GPU, window, gqa_grouping and the seven hooks' for a protocol 1 subject.
+    want = "15 passed, 9 skipped" if torch.cuda.is_available() else "14 passed, 10 skipped"
     assert want in done.stdout, done.stdout
 
 

@@ -214,8 +214,12 @@ def test_forward_raising_is_an_error_with_the_subjects_text_shrunk_to_the_edge()
     report = verify(FAULTY / "raises.py", only="width,divisibility", max_examples=40)
     width = report.result("width")
     assert width.verdict == "error"
-    assert width.message == ("forward raised on input of shape (1, 9, 1): NotImplementedError: "
-                             "tile for T=9 not written yet")
+    first, *frames = width.message.splitlines()
+    assert first == ("forward raised on input of shape (1, 9, 1): NotImplementedError: "
+                     "tile for T=9 not written yet")
+    assert frames[-1].endswith("raises.py:11 in _raise: raise NotImplementedError(f\"tile for "
+                               "T={x.size(1)} not written yet\")"), frames  # the subject's
+    assert all("torch" + os.sep not in f and "attnspec" + os.sep not in f for f in frames)
     assert width.counterexample is not None and width.counterexample["T"] == 9
     assert report.result("divisibility").verdict == "pass"
 
@@ -232,15 +236,17 @@ def test_forward_raising_past_except_exception_is_still_the_subjects_error(
                     max_examples=40)
     width = report.result("width")
     assert width.verdict == "error"
-    assert width.message == f"forward raised on input of shape (1, 9, 1): {text}"
+    assert width.message.splitlines()[0] == f"forward raised on input of shape (1, 9, 1): {text}"
+    assert "misbehaves.py:33 in before: _fault(fault)" in width.message  # its frames follow
     assert report.result("divisibility").verdict == "pass"
 
 
 def test_a_huge_error_message_is_clipped() -> None:
     width = verify("tests/faulty/misbehaves.py:floods", only="width").result("width")
     assert width.verdict == "error"
-    assert width.message.endswith("... (1,998,012 more characters)")
-    assert len(width.message) < 2100
+    first = width.message.splitlines()[0]
+    assert first.endswith("... (1,998,012 more characters)")
+    assert len(width.message) < 3400  # 2,000 of the message, at most 1,200 of its frames
 
 
 def test_export_returning_none_says_so() -> None:

@@ -112,7 +112,7 @@ def _figure(data: dict[str, Any], ident: str) -> str:
 STYLE = """body{font-family:sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
 .pass{color:#1a7f37}.fail,.error,.crash,.timeout{color:#c62828;font-weight:bold}
-.skip,.not_run{color:#777}pre{background:#f5f5f5;padding:8px;white-space:pre-wrap;
+.skip,.not_run{color:#777}.incomplete{color:#b26a00;font-weight:bold}pre{background:#f5f5f5;padding:8px;white-space:pre-wrap;
 word-break:break-all}figcaption{font-size:0.85em;max-width:60em;color:#444}"""
 
 
@@ -122,6 +122,7 @@ def render_html(report: dict[str, Any]) -> str:
     v = report.get("versions") or {}
     host = report.get("host") or {}
     header = [("target", report.get("target")), ("status", report.get("status")),
+              ("conclusion", report.get("conclusion")),
               ("subject", f"{report.get('subject', '')} ({report.get('origin', '')})"),
               *((f"{k}", v.get(k)) for k in ("attnspec", "torch", "hypothesis", "python")),
               ("seed", report.get("seed")), ("profile", report.get("profile")),
@@ -136,15 +137,19 @@ def render_html(report: dict[str, Any]) -> str:
              f"<h1>attnspec verify {_e(report.get('target'))}</h1><table class='header'>",
              *(f"<tr><th>{_e(k)}</th><td>{_e(val)}</td></tr>" for k, val in header),
              "</table><h2>Verdicts</h2><table class='verdicts'><tr><th>property</th>"
-             "<th>verdict</th><th>examples</th><th>time</th></tr>"]
+             "<th>verdict</th><th>examples</th><th>time</th><th>why not checked</th></tr>"]
     props = report.get("properties") or []
     for p in props:
         verdict = str(p.get("verdict"))
+        why = str(p.get("message") or "").split("\n", 1)[0] if verdict in (
+            "skip", "incomplete", "not_run") else ""
         parts.append(f"<tr><td>{_e(p.get('id'))}</td><td class='{_e(verdict)}'>{_e(verdict)}"
                      f"</td><td>{_e(p.get('examples'))}</td>"
-                     f"<td>{float(p.get('seconds') or 0):.1f} s</td></tr>")
+                     f"<td>{float(p.get('seconds') or 0):.1f} s</td>"
+                     f"<td class='why'>{_e(why)}</td></tr>")
     parts.append("</table>")
-    failures = [p for p in props if p.get("verdict") not in ("pass", "skip", "not_run")]
+    failures = [p for p in props if p.get("verdict") not in ("pass", "skip", "not_run",
+                                                             "incomplete")]
     if failures:
         parts.append("<h2>Failures</h2>")
     for n, p in enumerate(failures):

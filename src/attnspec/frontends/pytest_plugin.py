@@ -36,7 +36,8 @@ _FLAGS = {"max_examples": "--attnspec-max-examples", "max_seq": "--attnspec-max-
           "seed": "--attnspec-seed", "max_heads": "--attnspec-max-heads",
           "max_head_dim": "--attnspec-max-head-dim", "max_width": "--attnspec-max-width",
           "world_sizes": "--attnspec-world-sizes", "timeout": "--attnspec-timeout",
-          "worker_user": "--attnspec-worker-user"}
+          "worker_user": "--attnspec-worker-user", "black_box": "--attnspec-black-box",
+          "require": "--attnspec-require"}
 
 
 def subject_targets(config: pytest.Config) -> list[str]:
@@ -71,7 +72,9 @@ def pytest_configure(config: pytest.Config) -> None:
             max_width=config.getoption("--attnspec-max-width"),
             timeout=config.getoption("--attnspec-timeout"),
             world_sizes=_world_sizes(config.getoption("--attnspec-world-sizes")),
-            worker_user=config.getoption("--attnspec-worker-user"))
+            worker_user=config.getoption("--attnspec-worker-user"),
+            black_box=_black_box(config),
+            require=tuple(config.getoption("--attnspec-require") or ()) or None)
     except UsageError as error:
         from .verify_cli import in_flags
 
@@ -83,6 +86,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args.append(str(_HERE))
     else:
         config.args[:] = [str(_HERE)]
+
+
+def _black_box(config: pytest.Config) -> bool:
+    """--attnspec-black-box, else the ini's attnspec_black_box."""
+    given = config.getoption("--attnspec-black-box")
+    return bool(config.getini("attnspec_black_box") if given is None else given)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -294,6 +303,8 @@ class _PropertyItem(pytest.Item):
             default=str))))
         if result.verdict == "skip":
             pytest.skip(f"{self.prop}: {result.message}")
+        if result.verdict == "incomplete":  # no pass: what a pass would say was not checked
+            raise _PropertyFailed(f"{self.prop} incomplete on {self.target}: {result.message}")
         if not result.ok:
             lines = [f"{self.prop} {result.verdict} on {self.target}: {result.message}",
                      f"counterexample: {result.counterexample}", f"replay: {result.replay}"]

@@ -10,7 +10,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import FrameType
 from typing import Any, TextIO
 
@@ -27,7 +27,7 @@ from ..runner.options import (
 )
 from ..runner.report import PropertyResult, Report, check_report_path, is_stream, printable
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 # A replay example is one short object (a few hundred characters); far more is something else.
 REPLAY_MAX_CHARS = 100_000
 # What `timeout`, CI cancellation and `docker stop` send: they end a run as Ctrl-C does.
@@ -203,7 +203,7 @@ FLAGS = {"only": "--only", "skip": "--skip", "device": "--device", "dtypes": "--
          "timeout": "--timeout", "max_seq": "--max-seq", "report": "--report",
          "max_heads": "--max-heads", "max_head_dim": "--max-head-dim", "max_width": "--max-width",
          "replay": "--replay", "world_sizes": "--world-sizes", "worker_user": "--worker-user",
-         "workers": "--workers"}
+         "workers": "--workers", "black_box": "--black-box", "require": "--require"}
 """verify()'s parameters, as the command line spells them."""
 
 
@@ -230,8 +230,10 @@ def add_verify_parser(sub: Any) -> None:
     verify = sub.add_parser(
         "verify", help="check an implementation against every property",
         description="Check TARGET (path/to/impl.py, pkg.module, either with :NAME) against the "
-                    "properties of causal self-attention. Exit 0 when all hold, 1 when one "
-                    "fails, 2 when TARGET cannot be loaded or the command is misused.")
+                    "properties of causal self-attention. Exit 0 when all hold (conforms), 1 "
+                    "when one fails, 2 when TARGET cannot be loaded or the command is misused, "
+                    "3 when nothing failed but a required check (the oracle, unless "
+                    "--black-box) could not run (incomplete).")
     verify.add_argument("target", metavar="TARGET")
     verify.add_argument("--only", action="append", metavar="IDS",
                         help="comma-separated property ids to run")
@@ -281,6 +283,13 @@ def add_verify_parser(sub: Any) -> None:
                         help="runners checking properties at once, each with its own worker "
                              "(default: 2 where this process may run on 2 cores, else 1; 1 "
                              "with -x)")
+    verify.add_argument("--black-box", action="store_true",
+                        help="accept a pass without the oracle (no export_weights, and no "
+                             "weights found by name): \"conforms (black-box: oracle not run)\"; "
+                             "without it such a run is incomplete (exit 3)")
+    verify.add_argument("--require", action="append", metavar="IDS",
+                        help="comma-separated property ids that must run (besides the oracle); "
+                             "a run where one is skipped is incomplete (exit 3)")
     verify.add_argument("-x", "--exitfirst", action="store_true",
                         help="stop at the first property that does not pass")
     verify.add_argument("--replay", metavar="JSON",
@@ -315,11 +324,23 @@ def _header(session_header: dict[str, Any], target: str) -> str:
             f"torch {v['torch']}, hypothesis {v['hypothesis']}, python {v['python']}\n"
             f"devices: {', '.join(session_header['devices'])}  dtypes: {dtypes}\n"
             f"profile: {session_header['profile']} ({session_header['max_examples']} examples "
-            f"per property, T up to {session_header['max_seq']}, H up to "
+            f"per property asked, T up to {session_header['max_seq']}, H up to "
             f"{session_header.get('max_heads', MAX_HEADS)}, D up to "
             f"{session_header.get('max_head_dim', MAX_HEAD_DIM)}, C up to "
-            f"{session_header.get('max_width', MAX_WIDTH)}), seed: "
-            f"{session_header['seed']}, timeout: {session_header['timeout']:g}s\n")
+            f"{session_header.get('max_width', MAX_WIDTH)}; what was reached: the coverage "
+            "lines), seed: "
+            f"{session_header['seed']}, timeout: {session_header['timeout']:g}s\n"
+            + _weights_line(session_header.get("weights")))
+
+
+def _weights_line(weights: Any) -> str:
+    """Where the oracle's weights come from: export_weights, found by name, or none."""
+    if not isinstance(weights, dict) or weights.get("source") == "export_weights":
+        return ""
+    if weights.get("found"):
+        return (f"weights: found by name: {weights['found']} (confirmed on a probe; "
+                "export_weights would say the same)\n")
+    return f"weights: none: no export_weights, and {weights.get('why', 'none found by name')}\n"
 
 
 def _hf_targets(args: argparse.Namespace) -> list[str] | None:
@@ -376,7 +397,7 @@ def run_verify(args: argparse.Namespace) -> int:
         if codes[target] >= 128:  # interrupted: the rest is not run
             break
     if len(targets) > 1:
-        said = {EXIT_OK: "pass", EXIT_FAILED: "fail"}
+        said = {EXIT_OK: "pass", EXIT_FAILED: "fail", EXIT_INCOMPLETE: "incomplete"}
         print("\nbackends: " + ", ".join(f"{t.rpartition('@')[2]} {said.get(c, f'exit {c}')}"
                                          for t, c in codes.items()))
         differ = [pid for pid in sorted(set().union(*verdicts.values())) if len(
@@ -387,7 +408,13 @@ def run_verify(args: argparse.Namespace) -> int:
                                        for t, v in verdicts.items()) + ")" for pid in differ))
         else:
             print("backends agree on every property")
-    return max(codes.values())
+    return worst_exit(codes.values())
+
+
+def worst_exit(codes: Iterable[int]) -> int:
+    """The exit status of several runs: a signal, then misuse, a failure, an incomplete run."""
+    rank = {EXIT_OK: 0, EXIT_INCOMPLETE: 1, EXIT_FAILED: 2, EXIT_USAGE: 3}
+    return max(codes, key=lambda c: rank.get(c, 4 + c))
 
 
 def _run_one(args: argparse.Namespace) -> int:
@@ -464,7 +491,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
             worker_user=args.worker_user, workers=args.workers,
             progress=progress,
             exitfirst=args.exitfirst, replay=replay, database=not args.no_database,
-            on_start=on_start,
+            on_start=on_start, black_box=args.black_box, require=args.require,
         )
     except TargetError as error:
         if plain:
@@ -515,4 +542,6 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
     if report.error is not None:  # it ran, and checked nothing: the TARGET's or the options'
         print(f"attnspec verify: {printable(report.error)}", file=err)
         return EXIT_USAGE
+    if report.status == "incomplete":
+        return EXIT_INCOMPLETE
     return EXIT_OK if report.ok else EXIT_FAILED

@@ -29,6 +29,7 @@ import torch
 from .._errors import ConfigError, TargetError, UsageError
 from ..properties import BY_ID, PROPERTY_IDS, TWINNED, run_check
 from ..properties.base import Context, Example, Outcome
+from ..properties.found import Found
 from ..properties.kernel import (
     KERNEL_BY_ID,
     KERNEL_PROPERTY_IDS,
@@ -449,12 +450,27 @@ class Session:
         self.max_seq = options.max_seq or (KERNEL_MAX_SEQ if self.kernel else MODULE_MAX_SEQ)
         self.ids = KERNEL_PROPERTY_IDS if self.kernel else PROPERTY_IDS
         self.twinned = KERNEL_TWINNED if self.kernel else TWINNED
+        strays = [p for p in options.require or () if p not in self.ids]
+        if strays:
+            self.close()
+            kind = "a kernel" if self.kernel else "a module"
+            raise UsageError(option="require", value=",".join(options.require or ()),
+                             reason=f"{', '.join(strays)} {'is' if len(strays) == 1 else 'are'} "
+                                    f"no property of {kind} subject; its ids are "
+                                    f"{', '.join(self.ids)}.")
+        # Properties that must run: a pass without them would not say the subject is attention.
+        self.required = frozenset(p for p in options.required if p in self.ids)
         if self.info.protocol == 2:  # again here: the worker's process is the subject's
             try:
                 check_variants(self.info.variants or {}, repr(self.target))
             except TargetError:
                 self.close()
                 raise
+            from .subject import as_of
+
+            # "any" as the subject's revision meant it: a subject keeps its verdict.
+            self.info = self.executor.info = dataclasses.replace(
+                self.info, variants=as_of(self.info.variants or {}, self.info.revision))
         if self.info.supported is not None and not self.info.supported:
             self.close()
             raise UsageError(
@@ -475,6 +491,65 @@ class Session:
             raise UsageError(option="dtypes", value=",".join(requested),
                              reason=f"no such dtype to check on {', '.join(self.devices)}; "
                                     f"{whose} offer {offered}{half}.")
+        self._protocol_hints()
+        self.found = self._find_weights()
+
+    def _probe_dtype(self) -> tuple[str, str]:
+        """(device, dtype) for the load's probes: the CPU in float64 where the subject takes
+        it, else float32, else what it takes."""
+        device = "cpu" if self.dtypes.get("cpu") else next(d for d, ts in self.dtypes.items()
+                                                            if ts)
+        claimed = self.dtypes[device]
+        return device, next((d for d in ("float64", "float32") if d in claimed), claimed[0])
+
+    def _run_probe(self, ex: AnyExample, steps: list[dict[str, Any]]) -> list[Any]:
+        return Context(self.executor).request(ex, steps)
+
+    def _protocol_hints(self) -> None:
+        """A subject written against the protocol in a common wrong way is told so now, in
+        one line (a TargetError: exit 2), not by a failure in every property."""
+        from ..properties.found import module_hint, probe_examples
+
+        try:
+            with self._judging():
+                if self.kernel:
+                    from ..properties.kernel import layout_hint
+
+                    assert self.conventions is not None
+                    hint = layout_hint(Context(self.executor), self.conventions,
+                                       *self._probe_dtype())
+                else:
+                    device, dtype = self._probe_dtype()
+                    hint = module_hint(self._run_probe, probe_examples(
+                        self.info.protocol, self.info.variants, self.info.supported, dtype,
+                        device, self.sizes))
+        except SubjectCrash:
+            return  # the properties meet the crash themselves, each with its example
+        if hint is not None:
+            self.close()
+            raise TargetError(f"TARGET {self.target!r}: {hint}.")
+
+    def _find_weights(self) -> Found | None:
+        """For a module subject without export_weights: its weights by the names the field
+        uses, kept only where the reference with them reproduces it (properties/found.py);
+        then export and pullback steps use them, and the oracle runs. None for kernels and
+        subjects that export their own."""
+        if self.kernel or self.info.has_export:
+            return None
+        from ..properties.found import find_weights, probe_examples
+
+        device, dtype = self._probe_dtype()
+        examples = probe_examples(self.info.protocol, self.info.variants, self.info.supported,
+                                  dtype, device, self.sizes)
+        try:
+            with self._judging():
+                found = find_weights(self._run_probe, examples)
+        except SubjectCrash as crash:
+            found = Found(why=f"the probe's module could not be run ({crash})")
+        if found.ident is not None:
+            self.info = self.executor.info = dataclasses.replace(
+                self.info, has_export=True, found=found.ident)
+        return found
 
     def _claimed(self, device: str) -> list[str]:
         """The subject's DTYPES, or attnspec's defaults for the device."""
@@ -596,6 +671,10 @@ class Session:
                      "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
             "isolation": {"subreaper": self.subreaper, "dumpable": is_dumpable(),
                           "worker_user": None if self.user is None else self.user.name},
+            "protocol": self.info.revision or self.info.protocol,
+            "black_box": self.options.black_box, "required": sorted(self.required),
+            **({} if self.kernel else {"weights": (
+                {"source": "export_weights"} if self.found is None else self.found.header())}),
         }
 
     def replay_command(self, prop: str, ex: AnyExample) -> str:
@@ -654,8 +733,8 @@ class Session:
                 isinstance(p, RoPE) for p in _positions_listed(self.info.variants or {})):
             return "the subject's VARIANTS allow no RoPE positions"
         if spec.needs_hook is not None and not v2:
-            return (f"the subject speaks protocol 1: inference hooks ({spec.needs_hook} among "
-                    "them) are protocol 2's (docs/design.md, section 3)")
+            return ("the subject speaks protocol 1, and inference and sharding hooks are "
+                    "protocol 2's (docs/design.md, section 3)")
         if spec.needs_hook is not None and spec.needs_hook not in self.info.hooks:
             return (f"the subject defines no {spec.needs_hook} hook "
                     f"({_HOOK_SIGNATURES[spec.needs_hook]}; docs/design.md, section 3)")
@@ -667,7 +746,12 @@ class Session:
             return ("protocol v2 subjects are built only from valid AttentionSpecs, which "
                     "refuse C % H, H % n_kv_head and sizes below 1 themselves")
         if spec.needs_export and not self.info.has_export:
-            return "the subject has no export_weights"
+            if self.found is None or not self.found.why:
+                return "the subject has no export_weights"
+            if prop != "oracle":  # the oracle's says what was tried, once
+                return ("the subject has no export_weights, and no weights of its were "
+                        "confirmed by name (see oracle)")
+            return f"the subject has no export_weights, and {self.found.why}"
         if spec.needs_cuda and not (self.info.cuda and "cuda" in self.devices):
             return "no CUDA device"
         return None
@@ -702,7 +786,7 @@ class Session:
             which = "supports(case)" if self.kernel else "supports(spec)"
             notes.add(f"{which} declined {state.declined} of the examples drawn")
         result = PropertyResult(id=prop, examples=state.examples, reached=state.reached,
-                                seconds=round(seconds, 3),
+                                seconds=round(seconds, 3), declined=state.declined,
                                 notes=sorted(notes), drawn=state.drawn.to_json())
         if state.examples:
             result.forwards_per_example = round(state.forwards / state.examples, 2)
@@ -739,6 +823,39 @@ class Session:
             return result
         result.verdict = "pass"
         return result
+
+    def _judge_coverage(self, prop: str, result: PropertyResult, state: _State,
+                        total: int) -> None:
+        """A pass earned on degenerate examples, because the subject declined the others, is
+        incomplete: fewer than half the examples asked for, only one-token calls, or fewer
+        dtypes than the run checks. Without declines the draws are the run's own choice."""
+        if result.verdict != "pass" or not state.declined:
+            return
+        which = "supports(case)" if self.kernel else "supports(spec)"
+        drawn = state.drawn.to_json() or {}
+        lead = f"{which} declined {state.declined} of {state.declined + state.examples} draws"
+        lengths = [drawn[a] for a in (("Tq", "Tk") if self.kernel else ("T",)) if a in drawn]
+        asked = sorted({d for dts in self.dtypes.values() for d in dts})
+        reached = sorted(drawn.get("dtype", {}))
+        why = None
+        single = not self.kernel and drawn.get("H") == [1, 1] and drawn.get("D") == [1, 1]
+        if lengths and all(high <= 1 for _, high in lengths):
+            axes = "Tq = Tk = 1" if self.kernel else "T = 1"
+            why = f"{lead}: only {axes} was checked, where attention is one key's value"
+        elif single:
+            why = (f"{lead}: only H = 1 and D = 1 were checked (one head of one channel, where "
+                   "head splits, merges and scales cannot show)")
+        elif state.examples < max(1, total // 2):
+            why = (f"{lead}: only {state.examples} of the {total} examples asked for were "
+                   "checked")
+        elif len(reached) < len(asked) and state.examples >= 2 * len(asked):
+            why = (f"{lead}: only {', '.join(reached)} of {', '.join(asked)} was checked; "
+                   f"DTYPES = ({', '.join(f'torch.{d}' for d in reached)},) says so instead, "
+                   "and the header then shows it")
+        if why is not None:
+            result.verdict, result.message = "incomplete", (
+                why if "DTYPES" in why else
+                why + f"; {which} must accept what it implements, so that a pass covers it")
 
     def _in_flags(self, message: str) -> str:
         """`message` with the options it names spelled as this run's front end spells them."""
@@ -980,7 +1097,7 @@ class Session:
         """Run exactly one example of one property (what a failure's replay command does)."""
         self._twin_wait = True
         with self._judging():
-            return self._replay(prop, example)
+            return self.settled(prop, self._replay(prop, example))
 
     def _replay(self, prop: str, example: Example | KernelExample | dict[str, Any],
                 ) -> PropertyResult:
@@ -1068,7 +1185,68 @@ class Session:
         if prop in self.twinned and self._twin_wait:
             self._start_twin()
         with self._judging():
-            return self._run(prop, progress, max_examples, stream)
+            return self._stateful(prop, self.settled(
+                prop, self._run(prop, progress, max_examples, stream)))
+
+    def _stateful(self, prop: str, result: PropertyResult) -> PropertyResult:
+        """A failure that the same example does not show in fresh processes is one the
+        subject carries from earlier calls (a cache, a global, a buffer): the message says so.
+        Replayed once, in a new worker (and twin), only where a property failed."""
+        if (not self.isolated or result.verdict not in ("fail", "error")
+                or result.counterexample is None or self._rank_target is None
+                or (not self.kernel and BY_ID[prop].shards is not None)):
+            return result
+        try:
+            ex = self.replay_example(prop, result.counterexample)
+        except UsageError:  # a counterexample beyond a replay's bounds: not replayed
+            return result
+        fresh: list[Worker] = []
+
+        def worker() -> Worker:
+            started = Worker(self._rank_target or "", timeout=self.timeout, sizes=self.sizes,
+                             user=self.user)
+            started.info = self.info  # the weights found by name, as this run's
+            fresh.append(started)
+            return started
+
+        try:
+            main = worker()
+            twin = (lambda: worker()) if prop in self.twinned else None
+            with self._judging():
+                if isinstance(ex, KernelExample):
+                    assert self.conventions is not None
+                    outcome = run_kernel_check(Context(main, None, twin), prop, ex,
+                                               self.conventions)
+                else:
+                    outcome = run_check(main, prop, ex, None, twin)
+        except (TargetError, SubjectCrash):
+            return result  # no fresh worker to be had, or it crashed: nothing to add
+        finally:
+            for started in fresh:
+                started.close()
+        if outcome.kind == "pass":
+            said = ("this failure depends on earlier calls: the same example replayed alone, in "
+                    "a fresh worker, passes, so the subject carries state from call to call (a "
+                    "cache, a global, a buffer) and an earlier call set it")
+            result.message = f"{result.message.rstrip('.')}; {said}."
+            result.notes.append(said)
+        return result
+
+    def settled(self, prop: str, result: PropertyResult) -> PropertyResult:
+        """`result` as this run counts it: a required property that did not run (skip) is
+        incomplete, saying why and how to opt out; no pass, no failure."""
+        if result.verdict == "skip" and prop in self.required:
+            result.verdict = "incomplete"
+            result.message = f"required, but it did not run: {result.message}{self._opt_out(prop)}"
+        return result
+
+    def _opt_out(self, prop: str) -> str:
+        """How this front end says a pass without `prop` is wanted."""
+        if prop in (self.options.require or ()):
+            return ""
+        flag = (self.flags or {}).get("black_box")
+        return (f". A pass without it says less: {flag or 'black_box=True'} accepts one "
+                "(\"conforms (black-box)\")" if prop == "oracle" else "")
 
     def _run(self, prop: str, progress: Progress | None, max_examples: int | None,
              stream: str) -> PropertyResult:
@@ -1093,6 +1271,7 @@ class Session:
         start -= earlier
         if state.examples >= total:
             done = self._result(prop, state, time.perf_counter() - start)
+            self._judge_coverage(prop, done, state, total)
             if progress is not None:
                 progress(prop, done.examples, total, done)
             return done
@@ -1181,6 +1360,8 @@ class Session:
         self._declined[prop] = state.declined
         if stream == "quick" and result.verdict == "pass":
             self._passed[prop] = (state, time.perf_counter() - start)
+        elif stream != "quick":
+            self._judge_coverage(prop, result, state, total)
         if progress is not None:
             progress(prop, result.examples, total, result)
         return result
@@ -1301,7 +1482,8 @@ def verify(
     on_start: Callable[[Report], None] | None = None, max_seq: int | None = None,
     max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
     world_sizes: Sequence[int] | None = None, worker_user: str | None = None,
-    workers: int | None = None,
+    workers: int | None = None, black_box: bool = False,
+    require: Iterable[str] | str | None = None,
 ) -> Report:
     """Check an implementation of causal self-attention against every property.
 
@@ -1336,6 +1518,11 @@ def verify(
       2 where this process may use 2 cores or more, else 1; 1 with `exitfirst`); with more
       than one, a TARGET string runs in runners forked from this process, and the verdicts
       are the same (with `exitfirst`, failures found at once in two runners are both kept).
+    - `black_box`: accept a pass without the oracle (a subject that exports no weights, and
+      whose weights attnspec cannot find by name): it then says "conforms (black-box: oracle
+      not run)". Without it such a run is incomplete (`status == "incomplete"`, not `ok`).
+    - `require`: property ids that must run besides the oracle (a run where one is skipped is
+      incomplete).
     - `exitfirst`: stop after the first property that does not pass.
     - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
     - `progress`: True for progress on stderr (a live line on a terminal, plain lines
@@ -1351,7 +1538,9 @@ def verify(
                          timeout=timeout, max_seq=max_seq, max_heads=max_heads,
                          max_head_dim=max_head_dim, max_width=max_width, database=database,
                          world_sizes=None if world_sizes is None else tuple(world_sizes),
-                         worker_user=worker_user)
+                         worker_user=worker_user, black_box=black_box,
+                         require=None if require is None else tuple(
+                             [require] if isinstance(require, str) else require))
     if replay is not None and len(props) != 1:
         raise UsageError(option="only", value=",".join(props),
                          reason="a replay runs one example of one property: give exactly one.")
@@ -1397,6 +1586,11 @@ def verify(
         for lane in lanes:
             lane.go()
         props = select_properties(only, skip, kernel=session.kernel)
+        left_out = [p for p in options.require or () if p not in props]
+        if left_out:
+            raise UsageError(option="require", value=",".join(options.require or ()),
+                             reason=f"requires {', '.join(left_out)}, which only/skip leave out "
+                                    "of this run.")
         if [p.id for p in result.properties] != props:
             result.properties = [PropertyResult(id=p) for p in props]
         if replay is not None and len(props) != 1:

@@ -10,13 +10,18 @@ from typing import Any
 from .._errors import UsageError
 
 __all__ = ["DEVICES", "DTYPE_NAMES", "HEADS_LIMIT", "HEAD_DIM_LIMIT", "MAX_SEQ_LIMIT", "PROFILES",
-           "RunOptions"]
+           "REQUIRED", "RunOptions"]
 
 # The dtypes attnspec checks, by name (torch-free, so the command line starts fast).
 DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
 
 PROFILES: dict[str, int] = {"smoke": 10, "default": 50, "thorough": 400, "ci": 50}
 """Examples per property for each tier; `ci` is `default`, derandomized, without a database."""
+
+REQUIRED: dict[str, tuple[str, ...]] = {name: ("oracle",) for name in PROFILES}
+"""The properties each profile requires to run: without them a pass would not say the subject
+is attention (a Linear, the identity and a scale of 1/D pass every black-box property), so a run
+where one could not run is incomplete (exit 3), unless black-box is asked for."""
 
 DEVICES = ("cpu", "cuda", "all")
 
@@ -57,7 +62,9 @@ class RunOptions:
     True for `.hypothesis/attnspec`, or a directory) and `derandomize` (None: where the `CI`
     environment variable is set, unless a seed is given), `world_sizes` (the ranks sharded
     examples run on, where the subject's WORLD_SIZES allow them; None: all of its WORLD_SIZES),
-    `worker_user` (None, or the account a root runner starts the worker and the ranks under).
+    `worker_user` (None, or the account a root runner starts the worker and the ranks under),
+    `black_box` (True: the oracle is not required, a pass without it says "conforms (black-box:
+    oracle not run)"), `require` (property ids that must run besides the profile's).
     """
 
     device: str = "all"
@@ -74,8 +81,29 @@ class RunOptions:
     derandomize: bool | None = None
     world_sizes: tuple[int, ...] | None = None  # None: the subject's own WORLD_SIZES
     worker_user: str | None = None
+    black_box: bool = False
+    require: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.black_box, bool):
+            raise UsageError(option="black_box", value=self.black_box,
+                             reason="must be True or False.")
+        if self.require is not None:
+            given = (self.require,) if isinstance(self.require, str) else self.require
+            try:
+                ids = tuple(i.strip() for value in given for i in str(value).split(",")
+                            if i.strip())
+            except TypeError:
+                ids = ()
+            if not ids or not all(isinstance(v, str) for v in given):
+                raise UsageError(option="require", value=self.require,
+                                 reason="give property ids (comma-separated), such as "
+                                        "oracle,mixing.")
+            object.__setattr__(self, "require", ids)
+            if self.black_box and "oracle" in ids:
+                raise UsageError(option="require", value=",".join(ids),
+                                 reason="requires the oracle, and black_box says a pass without "
+                                        "it is wanted: give one or the other.")
         if self.profile not in PROFILES:
             raise UsageError(option="profile", value=self.profile,
                              reason=f"choose from {', '.join(PROFILES)}.")
@@ -147,6 +175,12 @@ class RunOptions:
     def examples(self) -> int:
         """Examples per property."""
         return self.max_examples or PROFILES[self.profile]
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """The ids this run requires: the profile's (none black-box) and `require`'s."""
+        base = () if self.black_box else REQUIRED[self.profile]
+        return tuple(dict.fromkeys((*base, *(self.require or ()))))
 
     @property
     def ci(self) -> bool:

@@ -17,6 +17,9 @@ from typing import Any
 __all__ = ["PropertyResult", "Report", "check_report_path", "printable"]
 
 PASSING = ("pass", "skip")
+# Verdicts that are no verdict on the subject's attention either way: what was asked of the run
+# could not be checked (a required property that did not run, examples that were degenerate).
+INCOMPLETE = "incomplete"
 Progress = Callable[[str, int, int, "PropertyResult | None"], None]
 """Called as (property, examples done, examples in all, its result once it has one)."""
 SCHEMA = 1
@@ -29,6 +32,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 @dataclass
 class PropertyResult:
     """One property's verdict: pass, fail, error (the subject raised), crash, timeout, skip;
+    incomplete (required but not run, or its examples were degenerate: no pass, no failure);
     not_run, or interrupted (Ctrl-C came before a verdict; `examples` says how far it got)."""
 
     id: str
@@ -44,6 +48,8 @@ class PropertyResult:
     where: dict[str, Any] | None = None
     replay: str | None = None
     forwards_per_example: float | None = None
+    # Draws the subject's supports(spec) or supports(case) declined (not examples).
+    declined: int = 0
     notes: list[str] = field(default_factory=list)
     # What the examples covered: [min, max] of B, T, C, H, distinct shapes, runs per dtype/device.
     drawn: dict[str, Any] | None = None
@@ -56,6 +62,12 @@ class PropertyResult:
     @property
     def ok(self) -> bool:
         return self.verdict in PASSING
+
+    @property
+    def failed(self) -> bool:
+        """A verdict against the subject: fail, error, crash, timeout (interrupted counts, as
+        before: the run did not end well), never skip, incomplete or not_run."""
+        return self.verdict not in (*PASSING, INCOMPLETE, "not_run")
 
 
 @dataclass
@@ -85,12 +97,59 @@ class Report:
 
     @property
     def ok(self) -> bool:
+        """Whether the subject conforms: every property passed or was skipped, and every
+        property the run requires (the oracle, unless black-box) ran: `status == "pass"`."""
         return (self.error is None and not self.partial and not self.running
                 and all(p.ok for p in self.properties))
 
     @property
     def failures(self) -> list[PropertyResult]:
-        return [p for p in self.properties if not p.ok and p.verdict != "not_run"]
+        """The properties that failed (fail, error, crash, timeout; interrupted too)."""
+        return [p for p in self.properties if p.failed]
+
+    @property
+    def incomplete(self) -> list[PropertyResult]:
+        """The properties with no verdict that the run needed one of: required ones that did
+        not run, and ones whose examples were degenerate (`verdict == "incomplete"`)."""
+        return [p for p in self.properties if p.verdict == INCOMPLETE]
+
+    @property
+    def status(self) -> str:
+        """pass (conforms), fail, incomplete (nothing failed, but something the run needed did
+        not run), error (the TARGET did not load, or nothing was checked), interrupted,
+        running (killed before it finished), partial (stopped before every property ran)."""
+        return ("error" if self.error is not None else "interrupted" if self.interrupted
+                else "running" if self.running else "partial" if self.partial
+                else "fail" if self.failures else INCOMPLETE if self.incomplete
+                else "pass" if self.ok else "fail")
+
+    @property
+    def conclusion(self) -> str:
+        """The verdict in one line, as the table ends: "conforms", "conforms (black-box:
+        oracle not run)", "incomplete: ... did not run: why", "fails: ids", ..."""
+        status = self.status
+        if status == "error":
+            return f"error: {self.error}"
+        if self.failures and status in ("fail", "partial"):
+            stopped = " (the run stopped at the first failure)" if status == "partial" else ""
+            return "fails: " + ", ".join(p.id for p in self.failures) + stopped
+        if status == INCOMPLETE:
+            return "incomplete (no failure, but not every check the run needs ran): " + \
+                "; ".join(f"{p.id}: {_first_line(p.message)}" for p in self.incomplete)
+        if status != "pass":
+            return {"interrupted": "interrupted before every verdict",
+                    "running": "did not finish (the run was killed or broke)",
+                    "partial": "stopped before every property ran"}[status]
+        ran = {p.id for p in self.properties if p.verdict == "pass"}
+        oracle = self.header.get("oracle", "oracle")
+        if oracle in ran or not self.properties:
+            return "conforms"
+        if self.header.get("black_box"):
+            return f"conforms (black-box: {oracle} not run)"
+        if any(p.id == oracle for p in self.properties):
+            return f"conforms ({oracle} skipped, not required)"
+        ran_ids = ", ".join(p.id for p in self.properties)
+        return f"conforms ({oracle} not selected: only {ran_ids} ran)"
 
     def result(self, prop: str) -> PropertyResult:
         for p in self.properties:
@@ -100,12 +159,10 @@ class Report:
                        f"{', '.join(p.id for p in self.properties)}.")
 
     def to_json(self) -> dict[str, Any]:
-        status = ("error" if self.error is not None else "interrupted" if self.interrupted
-                  else "running" if self.running else "partial" if self.partial
-                  else "pass" if self.ok else "fail")
         extra = {"error": self.error} if self.error is not None else {}
         data: dict[str, Any] = _finite({
-            "schema": SCHEMA, "target": self.target, "status": status, "partial": self.partial,
+            "schema": SCHEMA, "target": self.target, "status": self.status,
+            "conclusion": self.conclusion, "partial": self.partial,
             **extra, **self.header, "properties": [asdict(p) for p in self.properties]})
         return data
 
@@ -168,10 +225,49 @@ class Report:
                 lines.append(f"  largest violation seen: {big['measured']:.3g} (allowed "
                              f"{big['allowed']:.3g}) at {shown}")
                 lines.append(f"  replay: {big['replay']}")
+        for p in self.incomplete:
+            lines += ["", f"{p.id}: incomplete: {p.message}"]
+        reasons: dict[str, list[str]] = {}  # one line a reason: what a pass was not earned on
+        for p in self.properties:
+            if p.verdict == "skip":
+                reasons.setdefault(_first_line(p.message), []).append(p.id)
+        if reasons:
+            lines += ["", "skipped:"] + [f"  {', '.join(ids)}: {why}"
+                                         for why, ids in reasons.items()]
+        covered = [(p.id, coverage_line(p)) for p in self.properties if p.drawn or p.declined]
+        if covered:
+            width = max(len(pid) for pid, _ in covered)
+            lines += ["", "coverage (what the examples reached):"]
+            lines += [f"  {pid.ljust(width)}  {line}" for pid, line in covered]
         if self.error is not None:
             lines += ["", f"error: {self.error}"]
+        elif not self.running:
+            lines += ["", self.conclusion]
         # Messages quote the subject's own exceptions: its escape codes must not drive the tty.
         return "\n".join(printable(line.rstrip()) for line in lines)
+
+
+def _first_line(text: str) -> str:
+    """A message's first line (a traceback's frames follow it)."""
+    return text.split("\n", 1)[0]
+
+
+def coverage_line(p: PropertyResult) -> str:
+    """What one property's examples reached: the ranges of each axis, the dtypes and devices
+    with their counts, and the draws the subject declined."""
+    drawn = p.drawn or {}
+    parts = []
+    axes = [a for a in ("B", "T", "Tq", "Tk", "C", "H", "G", "D") if a in drawn]
+    if axes:
+        parts.append(" ".join(f"{a} {drawn[a][0]}" + (f"..{drawn[a][1]}" if drawn[a][1] !=
+                                                       drawn[a][0] else "") for a in axes))
+    for key in ("dtype", "device"):
+        seen = drawn.get(key)
+        if seen:
+            parts.append(", ".join(f"{name} {n}" for name, n in seen.items()))
+    if p.declined:
+        parts.append(f"declined {p.declined} draw{'s' * (p.declined != 1)}")
+    return " | ".join(parts) or "no example"
 
 
 def printable(text: str) -> str:
