@@ -44,7 +44,12 @@ def check_divisibility(ctx: Context, ex: Example) -> Outcome:
         return Outcome(PASS)  # any exception: it refused the configuration
     why = (f"{ex.C} is not divisible by {ex.H}" if ex.C >= 1 and ex.H >= 1
            else "n_embd and n_head must both be >= 1")
-    return _fail(f"build({ex.C}, {ex.H}) returned {result['type']} instead of raising: {why}.")
+    return _fail(f"build({ex.C}, {ex.H}) returned {result['type']} instead of raising: {why}. "
+                 "Refuse such configurations first thing in build (the heads split the "
+                 "channels, so C % H must be 0):\n"
+                 "    if n_embd < 1 or n_head < 1 or n_embd % n_head:\n"
+                 "        raise ValueError(f\"n_embd={n_embd} must be a positive multiple of "
+                 "n_head={n_head}\")")
 
 
 def check_determinism(ctx: Context, ex: Example) -> Outcome:

@@ -162,7 +162,11 @@ def _hypotheses(spec: AttentionSpec, weights: Mapping[str, Tensor], T: int,
                 ("softmax over every key, masked after it (rows sum to less than one)",
                  "masked after softmax", "after"),
                 ("exp(scores - row max) never divided by the row's sum (rows do not sum to "
-                 "one)", "unnormalised exp", "unnormalised")):
+                 "one)", "unnormalised exp", "unnormalised"),
+                ("the reference with the diagonal shifted by one: each query also sees the next "
+                 "key (the mask is one position off: tril(diagonal=1))", "diagonal +1", "next"),
+                ("the reference with the diagonal shifted by one: each query misses its own key "
+                 "(the mask is one position off: tril(diagonal=-1))", "diagonal -1", "own")):
             yield _Hypothesis(label, short, spec, weights, how)
     if 1 < G < H:
         grouped = [h // (H // G) for h in range(H)]
@@ -220,8 +224,17 @@ def _normalised(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, h
     k, v = repeat_kv(k, H), repeat_kv(v, H)
     raw = _raw_scores(q, k, spec)
     seen = visible(x.size(1), spec.window, x.device)
+    if how in ("next", "own"):  # the diagonal one position off, either way
+        T = x.size(1)
+        i = torch.arange(T, device=x.device)[:, None]
+        j = torch.arange(T, device=x.device)[None, :]
+        seen = (j <= i + 1) if how == "next" else (j < i)
+        if spec.window is not None:
+            seen = seen & (j > i - spec.window + (1 if how == "next" else 0))
     masked = raw.masked_fill(~seen, float("-inf"))
-    if how == "queries":
+    if how in ("next", "own"):
+        attention = torch.softmax(masked, dim=-1).nan_to_num(0.0)  # a row with no key: 0
+    elif how == "queries":
         attention = torch.softmax(masked, dim=-2)
     elif how == "after":
         attention = torch.softmax(raw, dim=-1) * seen

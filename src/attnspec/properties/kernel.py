@@ -295,8 +295,8 @@ class Kernel:
             sent = [conv.to_layout(t, c.layout) for t in (q, k, v)]
             total, out_shape, keywords = ex.B * ex.Tq, tuple(sent[0].shape), {}
         keywords["causal"] = ex.causal
-        if c.has("scale"):
-            keywords["scale"] = ex.attn_scale
+        if c.has("scale") and not (ex.softmax_scale is None and c.scale_default):
+            keywords["scale"] = ex.attn_scale  # else the kernel's own default: 1/sqrt(D)
         if ex.window is not None:
             keywords["window"] = conv.window_argument(ex.window, c.window or "pair")
             if isinstance(keywords["window"], tuple):
@@ -1343,3 +1343,32 @@ def run_kernel_check(ctx: Context, prop: str, ex: KernelExample,
         outcome = Outcome("unsupported", str(declined))
     outcome.forwards = ctx.forwards
     return outcome
+
+
+def layout_hint(ctx: Context, c: conv.KernelConventions, device: str,
+                dtype: str) -> str | None:
+    """A one-line hint where a kernel declared (or left) LAYOUT = "bhsd" reads its inputs as
+    (B, T, H, D): one probe call, whose output then matches the reference on the inputs with
+    their head and position axes swapped (None: it does not, or the probe did not run)."""
+    if c.layout != "bhsd":
+        return None
+    ex = KernelExample(B=2, H=3, G=3, Tq=5, Tk=5, D=4, dtype=dtype, device=device, seed=0)
+    q, k, v = inputs(ex)
+    kern = Kernel(ctx, ex, c)
+    try:
+        (got,) = kern.run([kern.step(q, k, v)])
+    except (SubjectFault, Unsupported):
+        return None  # the properties say what is wrong, each with its example
+    if got["o"] is None or tuple(got["o"].shape) != (ex.B, ex.H, ex.Tq, ex.D):
+        return None
+    if _oracle_outcome(kern, got, q, k, v) is None:
+        return None
+    swapped = dataclasses.replace(ex, H=ex.Tq, G=ex.Tq, Tq=ex.H, Tk=ex.H)
+    qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
+    as_bshd = reference(swapped, qs, ks, vs, c.causal)[0]
+    err = float((got["o"].double() - as_bshd.transpose(1, 2)).abs().max())
+    if not err <= tol.allowed(0.0, dtype, float(as_bshd.abs().max())):
+        return None
+    return (f"the kernel reads q, k and v as (B, T, H, D), but LAYOUT is \"bhsd\" (B, H, T, D, "
+            f"the default): on q {tuple(q.shape)} its output is the reference's with the head and "
+            "position axes swapped; declare LAYOUT = \"bshd\"")

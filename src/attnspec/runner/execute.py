@@ -22,7 +22,7 @@ from torch import Tensor
 from ..reference.module import BIAS_KEYS, WEIGHT_KEYS
 from ..reference.spec import EXTRA_WEIGHT_KEYS
 from .answers import call_name
-from .subject import Subject, dtype_from_name, fault_text
+from .subject import Subject, dtype_from_name, fault_frames, fault_text
 
 __all__ = ["Executed", "answer_bool", "answer_limit", "execute", "reset_torch_state",
            "tensor_limit", "vjp"]
@@ -51,6 +51,10 @@ class _Unsupported(Exception):
     """A protocol v2 subject's supports(spec) declined the drawn spec: not an example."""
 
 
+class _Unfound(Exception):
+    """The weights found by name at the probe are not in this build (another structure)."""
+
+
 def _subject_error(error: BaseException) -> bool:
     """Whether the subject may be blamed for `error`: anything its code raised, except Ctrl-C
     where Ctrl-C belongs to this process (in the worker SIGINT is ignored, so it is its own)."""
@@ -68,6 +72,7 @@ class Executed:
     device: str = "cpu"
     mesh: Any = None  # a rank's device mesh, handed to the sharding hooks
     n_embd: int = 0  # bound_width of the module built last: it bounds exports and gradients
+    spec: Any = None  # the AttentionSpec the module was built for (v1: plain, of (C, H))
     kernel_inputs: tuple[Tensor, ...] | None = None  # a kernel's q, k, v of its last call
 
 
@@ -109,6 +114,9 @@ def answer_limit(request: Mapping[str, Any], n_embd: int) -> int:
             elements += 2 * tensor_limit(n) + _params_limit(n_embd)
         elif op == "export":
             elements += len(WEIGHT_KEYS + BIAS_KEYS + EXTRA_WEIGHT_KEYS) * tensor_limit(
+                n_embd * n_embd)
+        elif op == "find_weights":  # at most 8 candidates, each an export
+            elements += 8 * len(WEIGHT_KEYS + BIAS_KEYS + EXTRA_WEIGHT_KEYS) * tensor_limit(
                 n_embd * n_embd)
         elif op == "pullback":
             elements += _params_limit(n_embd)
@@ -153,7 +161,7 @@ def _call(what: str, fn: Callable[..., _T], *args: Any) -> _T:
     except BaseException as error:
         if not _subject_error(error):
             raise
-        raise _Fault(f"{what}: {fault_text(error)}") from None
+        raise _Fault(f"{what}: {fault_text(error)}{fault_frames(error)}") from None
 
 
 def answer_bool(call: str, value: Any, error: type[Exception]) -> bool:
@@ -369,10 +377,18 @@ def _build(state: Executed, spec: Mapping[str, Any]) -> None:
     reset_torch_state()
     args: tuple[Any, ...] = (C, H)
     call = f"build({C}, {H})"
-    if state.subject.protocol == 2:
-        from ..reference.spec import AttentionSpec
+    from ..reference.spec import AttentionSpec
 
-        attention = AttentionSpec.from_json(spec.get("spec") or {"n_embd": C, "n_head": H})
+    if spec.get("spec") is not None:
+        attention: AttentionSpec | None = AttentionSpec.from_json(spec["spec"])
+    else:  # v1: plain attention of (C, H), for the weights found by name
+        try:
+            attention = AttentionSpec(C, H)
+        except ValueError:
+            attention = None
+    state.spec = attention
+    if state.subject.protocol == 2:
+        assert attention is not None
         args, call = (attention,), f"build(AttentionSpec({attention.describe()}))"
         supports = state.subject.supports
         if supports is not None and not answer_bool(
@@ -389,7 +405,7 @@ def _build(state: Executed, spec: Mapping[str, Any]) -> None:
             if not _subject_error(error):
                 raise
             raise _Fault(f"{call} raised for a valid configuration: "
-                         f"{fault_text(error)}") from None
+                         f"{fault_text(error)}{fault_frames(error)}") from None
     if not isinstance(module, torch.nn.Module):
         raise _Fault(f"{call} returned {type(module).__name__}, not a torch.nn.Module.")
     _call(f".eval().to({device}, {spec['dtype']}) raised",
@@ -599,9 +615,21 @@ def _parameters(module: torch.nn.Module) -> list[tuple[str, Tensor]]:
 
 
 def _export(subject: Subject, module: torch.nn.Module,
-            unknown: list[str] | None = None) -> dict[str, Tensor]:
+            unknown: list[str] | None = None, found: str | None = None,
+            spec: Any = None) -> dict[str, Tensor]:
     """The exported tensors, still attached to the module (for pullbacks); the names of keys
-    outside the protocol's are added to `unknown` (the runner names them against the spec)."""
+    outside the protocol's are added to `unknown` (the runner names them against the spec).
+    `found`: the weights the runner confirmed by name (runner/finder.py), for a subject with no
+    export_weights."""
+    if found is not None and subject.export_weights is None:
+        from .finder import candidates
+
+        guesses = _call("looking for the module's projections by name raised", candidates,
+                        module, spec)
+        chosen = next((c for c in guesses if c.id == found), None)
+        if chosen is None:
+            raise _Unfound(found)
+        return _call(f"reading {chosen.describe} raised", chosen.weights)
     if subject.export_weights is None:
         raise _Fault("the subject has no export_weights")
     exported = _call("export_weights raised", subject.export_weights, module)
@@ -730,9 +758,23 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
                 f"d(output)/d({name})", _call(f"gathering d(output)/d({name}) raised",
                                               lambda g=g: _plain(g)))
         return {**shared, "params": gathered, "param_layout": layouts}
+    if op == "module_type":  # what build returned, for the runner's protocol hints
+        return {"type": type(module).__name__[:200],
+                "mha": isinstance(module, torch.nn.MultiheadAttention)}
+    if op == "find_weights":  # guesses by name, for the runner to confirm or drop
+        from .finder import candidates
+
+        found = _call("looking for the module's projections by name raised", candidates,
+                      module, state.spec)
+        return {"candidates": [
+            {"id": c.id[:200], "describe": c.describe[:400],
+             "weights": {k: _sendable(f"{c.id}'s {k}", v.detach(),
+                                      tensor_limit(state.n_embd * state.n_embd))
+                         for k, v in _call(f"reading {c.describe} raised", c.weights).items()}}
+            for c in found]}
     if op == "export":
         unknown: list[str] = []
-        weights = _export(state.subject, module, unknown)
+        weights = _export(state.subject, module, unknown, step.get("found"), state.spec)
         return {"weights": {k: _sendable(f"export_weights' {k}", v,
                                          tensor_limit(state.n_embd * state.n_embd))
                             for k, v in weights.items()},
@@ -745,7 +787,7 @@ def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
 
         def pull() -> Any:
             with torch.enable_grad():
-                weights = _export(state.subject, module)
+                weights = _export(state.subject, module, None, step.get("found"), state.spec)
                 keys = [k for k in given if k in weights and weights[k].requires_grad]
                 outs = [weights[k] for k in keys]
                 return vjp(outs, [p for _, p in params],
@@ -773,3 +815,7 @@ def execute(state: Executed, request: Mapping[str, Any]) -> dict[str, Any]:
     except _Unsupported as unsupported:
         which = "supports(case)" if state.subject.protocol == "kernel" else "supports(spec)"
         return {"kind": "unsupported", "message": f"{which} is False for {unsupported}"}
+    except _Unfound as unfound:
+        return {"kind": "unsupported", "unfound": True, "message": (
+            f"the weights found by name ({unfound}) are not in the module built for this "
+            "example: its projections are laid out otherwise here")}

@@ -24,8 +24,8 @@ import torch
 from .._errors import ConfigError, TargetError
 from .options import HEAD_DIM_LIMIT, HEADS_LIMIT, MAX_WORLD
 
-__all__ = ["Subject", "check_variants", "clip", "default_dtypes", "fault_text", "load_subject",
-           "split_target"]
+__all__ = ["Subject", "check_variants", "clip", "default_dtypes", "fault_frames", "fault_text",
+           "load_subject", "split_target"]
 
 DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64,
                "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -62,6 +62,7 @@ class Subject:
     origin: str
     protocol: int | str = 1  # 1, 2, or "kernel"
     variants: dict[str, Any] | None = None  # v2's VARIANTS, in JSON form (parse_variants)
+    revision: str | None = None  # v2's revision (REVISIONS): what its "any" means
     kernel: dict[str, Any] | None = None  # a kernel's conventions (KernelConventions.to_json)
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)  # v2: decode, padded, cross
     corner: str = "bottom_right"  # v2: CORNER, where cross's causal diagonal sits
@@ -104,6 +105,25 @@ def fault_text(error: BaseException) -> str:
         message = f"<its str() raised {type(broken).__name__}>"
     name = type(error).__name__
     return clip(f"{name}: {message}" if message else name)
+
+
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # attnspec's package
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))  # module dispatch: no news to a user
+_FRAMES = 4  # the subject's last frames shown with its exception
+
+
+def fault_frames(error: BaseException) -> str:
+    """Where the subject raised `error`: its last frames (file, line, function, code), one line
+    each and indented, attnspec's and torch's own frames left out; "" where there are none."""
+    try:
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if not os.path.abspath(f.filename).startswith((_OWN + os.sep, _TORCH + os.sep))]
+    except Exception:  # noqa: BLE001 - a traceback the subject tampered with: no frames
+        return ""
+    lines = [f"\n  at {f.filename}:{f.lineno} in {f.name}" + (f": {f.line.strip()}"
+                                                              if f.line else "")
+             for f in frames[-_FRAMES:]]
+    return clip("".join(lines), 1200)
 
 
 def _is_path(spec: str) -> bool:
@@ -177,16 +197,43 @@ def _optional(obj: Any, attr: str, target: str) -> Any:
     return value
 
 
-def protocol_of(obj: Any, target: str) -> tuple[int, dict[str, Any] | None]:
-    """A subject's PROTOCOL (1 unless it says 2) and, for 2, its VARIANTS checked; a bad value
-    is a TargetError naming `target`."""
+REVISIONS = ("2.0", "2.1")
+"""Protocol 2's published revisions, each freezing what VARIANTS' "any" draws (docs/guide/
+subjects.md): 2.0 (2026-12-01; `PROTOCOL = 2`) and 2.1 (attnspec 0.2: scaled RoPE and given
+ALiBi slopes under positions "any")."""
+
+
+def _frozen_any() -> dict[str, dict[str, list[Any]]]:
+    """What "any" drew in earlier revisions where it draws more now, in JSON form: 2.0's
+    positions (none, ALiBi with the paper's slopes, RoPE's conventions; no scaling)."""
+    from ..reference.spec import ALiBi, RoPE, positions_to_json
+
+    return {"2.0": {"positions": [positions_to_json(p) for p in (
+        None, ALiBi(), RoPE(), RoPE(interleaved=True), RoPE(fraction=0.5),
+        RoPE(theta=500000.0, fraction=0.25, interleaved=True))]}}
+
+
+def as_of(variants: Mapping[str, Any], revision: str | None) -> dict[str, Any]:
+    """A v2 subject's VARIANTS (JSON form) with each "any" that its revision froze spelt out as
+    that revision's values: a subject keeps the meaning "any" had when it was written."""
+    frozen = _frozen_any().get(revision or "", {})
+    return {name: list(frozen[name]) if values == "any" and name in frozen else values
+            for name, values in variants.items()}
+
+
+def protocol_of(obj: Any, target: str) -> tuple[int, dict[str, Any] | None, str | None]:
+    """A subject's PROTOCOL (1 unless it says 2, "2.0" or "2.1"), for 2 its VARIANTS checked and
+    its revision (2 is "2.0", as first published); a bad value is a TargetError naming
+    `target`."""
     protocol = getattr(obj, "PROTOCOL", 1)
-    if protocol not in (1, 2, "kernel") or isinstance(protocol, bool):
+    if protocol not in (1, 2, "kernel", *REVISIONS) or isinstance(protocol, bool):
         raise TargetError(f"TARGET {target}: PROTOCOL = {protocol!r}; attnspec speaks "
-                          "protocol 1 (build(n_embd, n_head)), 2 (build(spec)) and \"kernel\" "
+                          "protocol 1 (build(n_embd, n_head)), 2 (build(spec); also \"2.1\", "
+                          "its revision whose VARIANTS \"any\" draws more) and \"kernel\" "
                           "(attention(q, k, v, *, causal, ...)).")
     if protocol == 1:
-        return 1, None
+        return 1, None, None
+    revision = protocol if isinstance(protocol, str) else "2.0"
     from ..reference.spec import parse_variants
 
     try:
@@ -194,7 +241,7 @@ def protocol_of(obj: Any, target: str) -> tuple[int, dict[str, Any] | None]:
     except ConfigError as error:
         raise TargetError(f"TARGET {target}: {error}") from None
     check_variants(variants, target)
-    return 2, variants
+    return 2, variants, revision
 
 
 def _whole(value: object) -> bool:
@@ -424,13 +471,17 @@ def load_subject(target: str) -> Subject:
     if build is None:
         if obj is not module and callable(obj):
             build = obj  # a plain callable TARGET is taken as build
+        elif callable(getattr(obj, "attention", None)):
+            raise TargetError(f"TARGET {target!r} defines attention(q, k, v, ...) but no "
+                              "build: a kernel says PROTOCOL = \"kernel\" at the top level of "
+                              "its file (a module subject defines build(n_embd, n_head)).")
         else:
             raise TargetError(f"TARGET {target!r} has no build(n_embd, n_head); "
                               "define one that returns a torch.nn.Module.")
     if not callable(build):
         raise TargetError(f"TARGET {target!r}: build is of type {type(build).__name__}, "
                           "not a function.")
-    protocol, variants = protocol_of(obj, repr(target))
+    protocol, variants, revision = protocol_of(obj, repr(target))
     call = "build(n_embd, n_head)" if protocol == 1 else "build(spec)"
     try:
         inspect.signature(build).bind(*((1, 1) if protocol == 1 else (None,)))
@@ -449,4 +500,5 @@ def load_subject(target: str) -> Subject:
                    name=str(name), build=build,
                    export_weights=_optional(obj, "export_weights", target),
                    supports=_optional(obj, "supports", target), dtypes=dtypes,
-                   origin=str(origin), protocol=protocol, variants=variants)
+                   origin=str(origin), protocol=protocol, variants=variants,
+                   revision=revision)
