@@ -32,10 +32,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def catalogue(session: nox.Session) -> None:
-    """Every broken and correct implementation on every property, ci profile (not in CI)."""
+    """Every broken and correct implementation on every property, and every compat subject
+    (tests/compat/) whole, ci profile (not in CI)."""
     session.install(*CONSTRAINTS, "-e", ".[test]")
     session.run("pytest", "tests/test_catalogue.py", "tests/test_kernel_catalogue.py",
-                *session.posargs, env={"ATTNSPEC_CATALOGUE": "full"})
+                "tests/test_compat.py", *session.posargs, env={"ATTNSPEC_CATALOGUE": "full"})
 
 
 @nox.session

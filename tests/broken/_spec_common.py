@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from attnspec import ALiBi, AttentionSpec, RoPE
 
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 
 
 class SpecAttn(nn.Module):

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from attnspec import AttentionSpec, SpecAttention
 
 EXPECTED: frozenset[str] = frozenset()
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 VARIANTS = {name: "any" for name in ("n_kv_head", "head_dim", "window", "scale", "softcap",
                                      "positions", "bias")}
 

@@ -19,7 +19,7 @@ from attnspec.subjects._hf import HFDecoderAttention, decode, decode_padded, pad
 from attnspec.subjects._hf import shifted as shifted
 
 EXPECTED: frozenset[str] = frozenset()
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 DTYPES = (torch.float32, torch.bfloat16)  # its rotary embedding computes in float32
 VARIANTS = {"n_kv_head": "any", "head_dim": "any", "positions": [RoPE(theta=150000.0)],
             "sinks": [True]}

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from attnspec import AttentionSpec
 from attnspec.reference.sharding import check_shardable, shard_positions_of
 
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 VARIANTS = {"n_kv_head": "any", "bias": "any", "scale": "any"}
 WORLD_SIZES = (2, 4)
 CP_LAYOUT = "head_tail"

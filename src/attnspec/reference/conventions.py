@@ -76,6 +76,10 @@ class KernelConventions:
     cache: bool = False  # whether it defines attention_with_cache (flash_attn_with_kvcache's)
     paged: int | None = None  # PAGED: the page size its paged cache takes (None: not paged)
 
+    # Whether attention's `scale` keyword has a default: examples with the default scale
+    # (1/sqrt(D)) then leave it out, so the kernel's own default path is checked too.
+    scale_default: bool = False
+
     def __post_init__(self) -> None:
         _choice("LAYOUT", self.layout, LAYOUTS)
         _choice("CAUSAL", self.causal, CAUSAL_CORNERS)
@@ -154,7 +158,8 @@ class KernelConventions:
                    lse_grad=getattr(obj, "LSE_GRAD", False),
                    features=tuple(features),
                    knobs=tuple((k, tuple(v)) for k, v in knobs.items()),
-                   cache=with_cache is not None, paged=getattr(obj, "PAGED", None))
+                   cache=with_cache is not None, paged=getattr(obj, "PAGED", None),
+                   scale_default=_has_default(getattr(obj, "attention", obj), "scale"))
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -181,6 +186,17 @@ class KernelConventions:
 
     def has(self, feature: str) -> bool:
         return feature in self.features
+
+
+def _has_default(fn: Any, name: str) -> bool:
+    """Whether `fn` takes keyword `name` with a default of its own."""
+    import inspect
+
+    try:
+        parameter = inspect.signature(fn).parameters.get(name)
+    except (TypeError, ValueError):  # no signature to read: say no, pass it always
+        return False
+    return parameter is not None and parameter.default is not inspect.Parameter.empty
 
 
 _RESERVED = frozenset({"causal", "scale", "window", "softcap", "alibi_slopes", "sinks",

@@ -304,7 +304,7 @@ def subject(model_type: str, backend: str | None = None) -> types.SimpleNamespac
         return _module(module).padded(x, key_mask)
 
     namespace = types.SimpleNamespace(
-        __name__=f"hf:{model_type}@{backend}", __doc__=family.doc, PROTOCOL=2,
+        __name__=f"hf:{model_type}@{backend}", __doc__=family.doc, PROTOCOL="2.1",
         DTYPES=family.dtypes, VARIANTS=dict(family.variants), MASKED_ROWS=masked_rows,
         PADDING_VALUES=padding_values, build=build, supports=supports, export_weights=export,
         model_type=model_type, backend=backend)

@@ -19,7 +19,7 @@ except ImportError as error:  # the TARGET loader turns this into a one-line exi
     raise ImportError("attnspec.subjects.hf_bloom needs transformers: "
                       "pip install 'attnspec[hf]'") from error
 
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 # BLOOM takes its softmax in float32 whatever the input's dtype: float64 is not claimed.
 DTYPES = (torch.float32, torch.bfloat16)
 VARIANTS = {"positions": [ALiBi()]}

@@ -28,7 +28,7 @@ except ImportError as error:  # the TARGET loader turns this into a one-line exi
     raise ImportError("attnspec.subjects.hf_llama needs transformers: "
                       "pip install 'attnspec[hf]'") from error
 
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 # LlamaRotaryEmbedding computes cos and sin in float32 whatever the input's dtype, so its float64
 # results are float32-accurate only (attnspec's oracle says so): float64 is not claimed.
 DTYPES = (torch.float32, torch.bfloat16)

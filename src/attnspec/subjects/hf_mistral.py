@@ -30,7 +30,7 @@ except ImportError as error:  # the TARGET loader turns this into a one-line exi
     raise ImportError("attnspec.subjects.hf_mistral needs transformers: "
                       "pip install 'attnspec[hf]'") from error
 
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 # The rotary embedding computes cos and sin in float32 (as Llama's): float64 is not claimed.
 DTYPES = (torch.float32, torch.bfloat16)
 VARIANTS = {"n_kv_head": "any", "window": "any", "bias": [False], "positions": [RoPE()]}

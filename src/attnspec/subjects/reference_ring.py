@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
     from torch.distributed.device_mesh import DeviceMesh
 
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 # ALiBi, windows and soft caps need a mask or score hook per block, which the ring has not.
 VARIANTS: dict[str, Any] = {
     "n_kv_head": "any", "head_dim": "any", "scale": "any", "bias": "any",

@@ -24,7 +24,7 @@ from ..reference.variants import SpecAttention, heads_of, repeat_kv, rotate, spe
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 VARIANTS = {name: "any" for name in ("n_kv_head", "head_dim", "window", "scale", "softcap",
                                      "positions", "bias")}
 WORLD_SIZES = (2, 4)

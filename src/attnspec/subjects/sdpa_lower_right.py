@@ -16,7 +16,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from ..reference.spec import AttentionSpec
 
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 VARIANTS = {"n_kv_head": "any", "scale": "any", "bias": "any"}
 CORNER = "bottom_right"
 MASKED_ROWS = "zero"  # SDPA's math path gives a query with no visible key zero weights

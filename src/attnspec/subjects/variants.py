@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from ..reference.spec import AttentionSpec
 from ..reference.variants import SpecAttention
 
-PROTOCOL = 2
+PROTOCOL = "2.1"  # VARIANTS "any" as revision 2.1 draws it (scaled RoPE, given ALiBi slopes)
 VARIANTS = {name: "any" for name in ("n_kv_head", "head_dim", "window", "scale", "softcap",
                                      "positions", "bias", "qk_norm", "sinks")}
 CORNER = "bottom_right"
