@@ -97,6 +97,9 @@ def test_the_hf_target_loads_as_protocol_2_with_the_hooks() -> None:
     ("hf:no_such_model", "transformers has no such model type"),
     ("hf:mamba", "Model types the adapter builds: llama"),
     ("hf:llama@fast", "unknown backend 'fast'"),
+    ("hf:llama@", "the backend is empty; write hf:MODEL_TYPE or hf:MODEL_TYPE@BACKEND, with "
+                  "BACKEND one of eager, sdpa, flex_attention"),
+    ("hf:@sdpa", "the model type is empty"),
     ("hf:bloom@sdpa", "does not run this model type on sdpa"),
 ])
 def test_a_target_it_cannot_verify_is_refused_with_the_reason(target: str, says: str) -> None:

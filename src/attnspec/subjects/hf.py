@@ -351,8 +351,16 @@ def family_refusal(model_type: str) -> str:
 
 def from_target(rest: str) -> types.SimpleNamespace:
     """`MODEL_TYPE[@BACKEND]`, the part of an `hf:` TARGET after the colon."""
-    model_type, _, backend = rest.partition("@")
-    return subject(model_type.strip(), backend.strip() or None)
+    model_type, at, backend = (part.strip() for part in rest.partition("@"))
+    # An "@" with nothing after it is a typo, not a request for the default backend.
+    if not model_type or (at and not backend):
+        from ._hf_families import FAMILIES
+
+        missing = "model type" if not model_type else "backend"
+        raise AdapterError(f"hf:{rest}: the {missing} is empty; write hf:MODEL_TYPE or "
+                           f"hf:MODEL_TYPE@BACKEND, with BACKEND one of {', '.join(BACKENDS)} "
+                           f"and MODEL_TYPE one of {', '.join(FAMILIES)}.")
+    return subject(model_type, backend or None)
 
 
 def __getattr__(name: str) -> Any:
