@@ -44,10 +44,10 @@ def _tree(root: int) -> dict[int, tuple[int, int, str]]:
     table: dict[int, tuple[int, int, str]] = {}
     for entry in Path("/proc").glob("[0-9]*"):
         stat = _proc(int(entry.name), "stat")
-        if stat:
+        comm = _proc(int(entry.name), "comm").strip()
+        if stat and comm:  # gone between the two reads: a blank name would overwrite its real one
             fields = stat[stat.rfind(")") + 2:].split()
-            table[int(entry.name)] = (int(fields[1]), int(fields[3]),
-                                      _proc(int(entry.name), "comm").strip())
+            table[int(entry.name)] = (int(fields[1]), int(fields[3]), comm)
     below, todo = {}, [root]
     while todo:
         pid = todo.pop()
