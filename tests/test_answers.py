@@ -159,7 +159,8 @@ V2 = AttentionSpec(8, 2)
     ("supports_tensor", "width", V2, "supports(AttentionSpec(C=8, H=2)) returned Tensor "
      "tensor([ True, False]), not a bool"),
     ("detach_raises", "width", V2,
-     "forward's output: reading it raised RuntimeError: this tensor is pinned to its graph"),
+     "forward's output is a attnspec_subject_hook_faults.Undetachable, a subclass of "
+     "torch.Tensor, not a plain torch.Tensor"),
     ("decode_writes_input", "decode", V2, "wrote into its input x: a hook must leave"),
     ("decode_writes_ahead", "decode", V2, "wrote into its input x: a hook must leave"),
     ("decode_float64", "decode", V2, "torch.float64 on cpu, not (2, "),

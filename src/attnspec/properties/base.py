@@ -209,9 +209,17 @@ class Context:
         assert self._apart is not None
         (ex, theirs), self._apart = self._apart, None
         mine = self.collect()
-        if self._twin is None:
-            return mine, self.request(ex, theirs)
-        return mine, self._twin.collect()
+        try:
+            if self._twin is None:
+                return mine, self.request(ex, theirs)
+            return mine, self._twin.collect()
+        except Unsupported as declined:  # no draw to skip: this worker has just run it
+            side = ("the twin (the worker that runs the other side of this self-comparison)"
+                    if self._twin is not None else "the other side's request")
+            raise SubjectFault(
+                f"{side} was declined by supports, where this worker accepted and ran the same "
+                f"example: a subject must answer the same spec alike in every process and call "
+                f"({declined})") from None
 
     def forwards_of(self, ex: Example, xs: Sequence[Tensor], *,
                     check_shape: bool = True) -> list[Tensor]:

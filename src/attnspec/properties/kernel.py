@@ -33,7 +33,7 @@ from . import tolerance as tol
 from .base import PASS, Context, Outcome, SubjectFault, Unsupported
 
 __all__ = ["KERNEL_BY_ID", "KERNEL_PROPERTIES", "KERNEL_PROPERTY_IDS", "KERNEL_TWINNED",
-           "KernelExample", "KernelProperty", "run_kernel_check"]
+           "KernelExample", "KernelProperty", "first_call", "run_kernel_check"]
 
 K_GRAD = 3.0  # FlashAttention's tests allow gradients 3 x the dtype's own error, outputs 2 x
 
@@ -278,7 +278,7 @@ class Kernel:
 
     def step(self, q: Tensor, k: Tensor, v: Tensor, *, grad: Mapping[str, Tensor | None]
              | None = None, inputs_after: bool = False, in_place: bool = False,
-             knob: tuple[str, Any] | None = None) -> dict[str, Any]:
+             strided: bool = False, knob: tuple[str, Any] | None = None) -> dict[str, Any]:
         ex, c = self.ex, self.c
         lengths = _lengths(ex)
         if c.layout == "varlen":
@@ -317,6 +317,8 @@ class Kernel:
             step["inputs_after"] = True
         if in_place:
             step["in_place"] = True
+        if strided:  # q, k, v as views into wider storage: last dim dense, the rest not
+            step["strided"] = True
         return step
 
     def _like_output(self, t: Tensor, name: str) -> Tensor:
@@ -1042,9 +1044,11 @@ def check_sensitivity(kern: Kernel) -> Outcome:
 
 
 def check_fresh_results(kern: Kernel) -> Outcome:
-    """Each call computes afresh: new values copied into the same tensors (a cache keyed by
-    address), then other values at new addresses (by shape), each within the rule, with the
-    output memory poisoned before every call (torch.empty returned unwritten)."""
+    """Each call computes afresh: new values copied into the same tensors through `.data` (a
+    cache keyed by address, or by `Tensor._version`, which such a write leaves as it was), then
+    other values at new addresses (by shape), as views into wider storage (a kernel that reads
+    its inputs' memory as if contiguous), each within the rule, with the output memory poisoned
+    before every call (torch.empty returned unwritten)."""
     ex = kern.ex
     first = inputs(ex)
     second = inputs(ex, 101)
@@ -1053,19 +1057,25 @@ def check_fresh_results(kern: Kernel) -> Outcome:
         t, 0, lambda b: b == t.size(0) - 1)
     fourth = (_perturbed(third[0], last, ex, 303), third[1], _perturbed(third[2], last, ex, 304))
     got = kern.run([kern.step(*first), kern.step(*second, in_place=True),
-                    kern.step(*third), kern.step(*fourth)])
+                    kern.step(*third, strided=True), kern.step(*fourth)])
     for n, (xs, result, how) in enumerate(zip(
             (first, second, third, fourth), got,
             ("the first call", "new values copied into the same tensors",
-             "new values in new tensors of the same shape",
+             "new values in new tensors of the same shape, views into wider storage (not "
+             "contiguous, the last dimension dense, as FlashAttention accepts)",
              "the same again but the last row's q and v (a cache keyed by the first elements)"),
             strict=True)):
         failed = _oracle_outcome(kern, result, *xs, what=f"{how}: ")
         if failed is not None:
             if n and tol.max_abs_diff(result["o"], got[n - 1]["o"])[0] == 0:
+                key = ("address or version", "shape", "a checksum")[min(n, 3) - 1]
                 failed.message += (f"; it is exactly the previous call's o: the kernel "
-                                   f"returned a cached answer (keyed by "
-                                   f"{('address', 'shape', 'a checksum')[min(n, 3) - 1]})")
+                                   f"returned a cached answer (keyed by {key})")
+            elif n == 2 and not bool(result["o"].isfinite().all()):
+                failed.message += ("; o holds NaN, which attnspec put in the wider storage "
+                                   "around the views and nowhere in them: the kernel reads its "
+                                   "inputs' memory as if they were contiguous (honour the "
+                                   "strides, or call .contiguous())")
             elif not bool(result["o"].isfinite().all()) or _finite_max(result["o"]) > 1e6 * (
                     1 + _finite_max(_golden(ex, *xs, kern.c.causal)[0])):
                 failed.message += ("; o holds values no attention gives (NaN, or magnitudes "
@@ -1343,6 +1353,36 @@ def run_kernel_check(ctx: Context, prop: str, ex: KernelExample,
         outcome = Outcome("unsupported", str(declined))
     outcome.forwards = ctx.forwards
     return outcome
+
+
+def first_call(ctx: Context, c: conv.KernelConventions, device: str,
+               dtype: str) -> str | None:
+    """The first call of a fresh worker (the load's, before any property's) against the same
+    call made again at once: a kernel wrong only on its first call (a workspace read before it
+    is written, a warm-up with other constants) is found here, where a harness that warms up
+    first never looks. What differs, in one line, for determinism to report (None: the same)."""
+    if c.layout == "varlen":
+        return None  # its calls need lengths drawn; left to the properties' own calls
+    ex = KernelExample(B=2, H=3, G=3, Tq=5, Tk=5, D=4, dtype=dtype, device=device, seed=0)
+    q, k, v = inputs(ex)
+    kern = Kernel(ctx, ex, c)
+    try:
+        cold, warm = kern.run([kern.step(q, k, v), kern.step(q, k, v)])
+    except (SubjectFault, Unsupported):
+        return None  # the properties say what is wrong, each with its example
+    a, b = cold.get("o"), warm.get("o")
+    if a is None or b is None or a.shape != b.shape:
+        return None
+    err, index = tol.max_abs_diff(a.masked_fill(~_judgeable(ex, c), 0.0),
+                                  b.masked_fill(~_judgeable(ex, c), 0.0))
+    wrong = _oracle_outcome(kern, cold, q, k, v)
+    if wrong is None or _oracle_outcome(kern, warm, q, k, v) is not None or not err > 0:
+        return None  # right first, or as wrong the second time: the properties judge that
+    return (f"the first call of a fresh worker (attnspec's own, as the subject loaded: q, k, v "
+            f"{tuple(q.shape)} {dtype} on {device}, seed 0) gave o {err:.3g} away from the "
+            f"same call made again at once{_at(index)}, and only the second is the reference's "
+            f"({wrong.message}): the kernel's first call is wrong (a workspace read before it "
+            "is written, a warm-up that changes what it computes)")
 
 
 def layout_hint(ctx: Context, c: conv.KernelConventions, device: str,

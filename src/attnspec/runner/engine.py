@@ -447,6 +447,8 @@ class Session:
         self.kernel = self.info.protocol == "kernel"
         self.conventions = KernelConventions.from_json(self.info.kernel) if self.kernel \
             else None
+        # How the worker's first call differed from the same call again (kernels; determinism).
+        self.first_call: str | None = None
         self.max_seq = options.max_seq or (KERNEL_MAX_SEQ if self.kernel else MODULE_MAX_SEQ)
         self.ids = KERNEL_PROPERTY_IDS if self.kernel else PROPERTY_IDS
         self.twinned = KERNEL_TWINNED if self.kernel else TWINNED
@@ -513,9 +515,12 @@ class Session:
         try:
             with self._judging():
                 if self.kernel:
-                    from ..properties.kernel import layout_hint
+                    from ..properties.kernel import first_call, layout_hint
 
                     assert self.conventions is not None
+                    # First: this is the worker's first call, the one a warm-up would hide.
+                    self.first_call = first_call(Context(self.executor), self.conventions,
+                                                 *self._probe_dtype())
                     hint = layout_hint(Context(self.executor), self.conventions,
                                        *self._probe_dtype())
                 else:
@@ -911,6 +916,10 @@ class Session:
             raise bad("it is a kernel example (kind: kernel), and this subject is a module")
         fields = list(Example.__dataclass_fields__)
         unknown = sorted(map(str, set(data) - set(fields)))
+        if {"T", "C"} & set(unknown) and "kind" not in data:
+            raise bad("it is a module example (it has T and C, a kernel's has Tq, Tk and D), "
+                      "and this subject is a kernel (q, k, v -> o): replay a failure of this "
+                      "subject's own report")
         if unknown:
             raise bad(f"unknown field {', '.join(map(repr, unknown))}; the fields are "
                       f"{', '.join(fields)}")
@@ -1030,6 +1039,10 @@ class Session:
         """A kernel example from a replay JSON, checked field by field."""
         fields = [*KernelExample.__dataclass_fields__, "kind"]
         unknown = sorted(map(str, set(data) - set(fields)))
+        if {"T", "C"} & set(unknown) and "kind" not in data:
+            raise bad("it is a module example (it has T and C, a kernel's has Tq, Tk and D), "
+                      "and this subject is a kernel (q, k, v -> o): replay a failure of this "
+                      "subject's own report")
         if unknown:
             raise bad(f"unknown field {', '.join(map(repr, unknown))}; a kernel example has "
                       f"{', '.join(fields)}")
@@ -1132,7 +1145,9 @@ class Session:
         state.examples += 1
         counted = _Counted(self.executor)
         try:
-            if isinstance(ex, KernelExample):
+            if isinstance(ex, KernelExample) and prop == "determinism" and self.first_call:
+                outcome = Outcome("fail", self.first_call)  # the load's first call, not ex's
+            elif isinstance(ex, KernelExample):
                 assert self.conventions is not None
                 outcome = run_kernel_check(
                     Context(counted, None, self._twin_worker if self.isolated else None),
@@ -1563,7 +1578,8 @@ def verify(
                 lanes.append(Lane(lambda: Session(target, options, isolate=True),
                                   _QUICK_EXAMPLES, str(k), others=lanes,
                                   prestart=options.worker_user is None,  # else as that user
-                                  silence=lane_silence(options.timeout)))
+                                  silence=lane_silence(options.timeout),
+                                  stopped=options.timeout))
             except OSError as error:  # no fork or pipe to be had: the runners there are
                 lane_note = f"{len(lanes) + 1} runners, not {lane_count}: a fork failed ({error})"
                 lane_count = len(lanes) + 1

@@ -74,6 +74,8 @@ class Executed:
     n_embd: int = 0  # bound_width of the module built last: it bounds exports and gradients
     spec: Any = None  # the AttentionSpec the module was built for (v1: plain, of (C, H))
     kernel_inputs: tuple[Tensor, ...] | None = None  # a kernel's q, k, v of its last call
+    # Its outputs of the last call, held: memory a later call returns again is the kernel's own.
+    kernel_outputs: tuple[Tensor, ...] = ()
 
 
 def tensor_limit(numel: int) -> int:
@@ -185,6 +187,7 @@ def _shown(value: Any) -> str:
 def _build_kernel(state: Executed, case: Mapping[str, Any]) -> None:
     """A kernel has nothing to build: the example's seed for its randomness, and supports."""
     state.module, state.device, state.kernel_inputs = None, str(case["device"]), None
+    state.kernel_outputs = ()
     reset_torch_state()
     torch.default_generator.manual_seed(int(case["seed"]))
     supports = state.subject.supports
@@ -205,6 +208,32 @@ def _same_memory(a: Tensor, b: Tensor) -> bool:
         return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
     except (RuntimeError, NotImplementedError):
         return False
+
+
+def _not_kept(state: Executed, call: str, outputs: Mapping[str, Tensor | None]) -> None:
+    """Refuse an output in the memory of the last call's, which this worker still holds (so the
+    allocator cannot have handed it out again): a buffer the kernel keeps and rewrites changes
+    the caller's earlier result under it."""
+    for name, t in outputs.items():
+        if t is None:
+            continue
+        for before in state.kernel_outputs:
+            if _same_memory(t, before):
+                raise _Fault(f"{call} returned {name} in the memory of an output of its previous "
+                             "call, which the caller still holds: the earlier result changes "
+                             "under it (a buffer kept and rewritten by each call); return a "
+                             "tensor of its own each call.")
+    state.kernel_outputs = tuple(t.detach() for t in outputs.values() if t is not None)
+
+
+def _in_wider_storage(t: Tensor) -> Tensor:
+    """t's values as a view into storage 3 elements wider in the last dimension and offset by
+    one: not contiguous, the last dimension still dense (stride 1)."""
+    wide = torch.full((*t.shape[:-1], t.shape[-1] + 3), float("nan"), dtype=t.dtype,
+                      device=t.device)
+    view = wide[..., 1:1 + t.shape[-1]]
+    view.copy_(t)
+    return view
 
 
 def _poison(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device: str) -> None:
@@ -229,9 +258,10 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         for old, new in zip(state.kernel_inputs, given, strict=True):
             if old.shape != new.shape:
                 raise RuntimeError("an in-place kernel step of another shape")
-            with torch.no_grad():
-                old.copy_(new)
+            old.data.copy_(new)  # through .data: no version bump for a cache keyed by _version
         given = list(state.kernel_inputs)
+    if step.get("strided"):
+        given = [_in_wider_storage(t) for t in given]
     q, k, v = given
     if grad is not None:
         for t in given:
@@ -283,6 +313,7 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     if lse is not None and _same_memory(out, lse):
         raise _Fault("attention returned o and lse in the same memory: each output must be a "
                      "tensor of its own.")
+    _not_kept(state, "attention", {"o": out, "lse": lse})
     sent: dict[str, Any] = {**_sent("attention's o", out, tensor_limit(q.numel())),
                             "lse": None if lse is None else _sendable(
                                 "attention's lse", lse, tensor_limit(q.numel())),
@@ -356,6 +387,7 @@ def _kernel_cache(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
             if _same_memory(t, t_in):
                 raise _Fault(f"attention_with_cache returned {name} in the memory of its "
                              f"input {input_name}: an output must be a tensor of its own.")
+    _not_kept(state, "attention_with_cache", {"o": out, "lse": lse})
     limit = tensor_limit(q.numel())
     sent: dict[str, Any] = {**_sent("attention_with_cache's o", out, limit),
                             "lse": None if lse is None else _sendable(
@@ -461,6 +493,12 @@ def _sendable(what: str, value: Tensor, limit: int | None = None) -> Tensor:
     anywhere) is the subject's business, so what it raises is its fault. Past `limit` elements,
     a meta tensor of its shape and dtype (the runner's shape checks name it; its values would
     only cost memory twice over)."""
+    if type(value) not in (Tensor, torch.nn.Parameter):
+        # Its methods answer .shape, .dtype and copies: a shape it lies about is broadcast.
+        raise _Fault(f"{what} is a {type(value).__module__}.{type(value).__qualname__}, a "
+                     "subclass of torch.Tensor, not a plain torch.Tensor: its own methods would "
+                     "report its shape, dtype and values (return t.as_subclass(torch.Tensor) "
+                     "if the data are right).")
     try:
         device, dtype = value.device.type, value.dtype
         shape = tuple(value.shape)
@@ -473,8 +511,9 @@ def _sendable(what: str, value: Tensor, limit: int | None = None) -> Tensor:
             return torch.empty(shape, dtype=dtype, device="meta")
         # A copy: a view would let the subject rewrite what it returned before it is sent.
         plain = value.detach().to("cpu", copy=True)
-        if type(plain) is not Tensor:  # a subclass's methods would run in the encoder
-            plain = torch.empty(shape, dtype=dtype).copy_(plain.as_subclass(Tensor))
+        if type(plain) is not Tensor or tuple(plain.shape) != shape:
+            raise _Fault(f"{what}: its copy is a {type(plain).__qualname__} of shape "
+                         f"{tuple(plain.shape)}, though it reports shape {shape}.")
         return plain
     except _Fault:
         raise
