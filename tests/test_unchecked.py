@@ -152,15 +152,20 @@ def test_runner_messages_name_the_option_as_the_front_end_spells_it() -> None:
 
 # ---- the report's edges ---------------------------------------------------------------------
 
-def test_the_report_says_running_from_the_start(tmp_path: Path) -> None:
+def test_the_report_says_partial_unfinished_from_the_start(tmp_path: Path) -> None:
     path = tmp_path / "report.json"
-    seen: list[str] = []
-    # on_start comes once the subject loaded, before any property: a kill there left this.
+    seen: list[tuple[str, bool, str]] = []
+
+    def start(_: object) -> None:  # once the subject loaded, before any property: a kill here
+        data = json.loads(path.read_text())
+        seen.append((data["status"], data["finished"], data["conclusion"]))
+
     report = attnspec.verify("attnspec.subjects.reference", only="width", max_examples=2,
-                             database=False, isolate=False, report=path,
-                             on_start=lambda r: seen.append(json.loads(path.read_text())["status"]))
-    assert seen == ["running"]
-    assert json.loads(path.read_text())["status"] == "pass" and report.ok
+                             database=False, isolate=False, report=path, on_start=start)
+    assert seen == [("partial", False, "did not finish (the run was killed or broke): the "
+                     "properties with a verdict are what it finished")]
+    final = json.loads(path.read_text())
+    assert (final["status"], final["finished"]) == ("pass", True) and report.ok
 
 
 def test_an_interrupted_run_keeps_what_the_quick_pass_found(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ class Report:
     partial: bool = True
     interrupted: bool = False
     # Written at the start and after each property while the run goes on; left True by a run
-    # that was killed or broke before it finished (status "running").
+    # that was killed or broke before it finished (status "partial", "finished": false).
     running: bool = False
     # Why the TARGET could not be checked at all (it did not load); status "error".
     error: str | None = None
@@ -117,9 +117,10 @@ class Report:
     def status(self) -> str:
         """pass (conforms), fail, incomplete (nothing failed, but something the run needed did
         not run), error (the TARGET did not load, or nothing was checked), interrupted,
-        running (killed before it finished), partial (stopped before every property ran)."""
+        partial (stopped before every property ran: -x, or killed before it finished, which
+        `finished` false in the JSON tells apart)."""
         return ("error" if self.error is not None else "interrupted" if self.interrupted
-                else "running" if self.running else "partial" if self.partial
+                else "partial" if self.running or self.partial
                 else "fail" if self.failures else INCOMPLETE if self.incomplete
                 else "pass" if self.ok else "fail")
 
@@ -131,14 +132,18 @@ class Report:
         if status == "error":
             return f"error: {self.error}"
         if self.failures and status in ("fail", "partial"):
-            stopped = " (the run stopped at the first failure)" if status == "partial" else ""
+            stopped = (" (the run did not finish: it was killed or broke)" if self.running
+                       else " (the run stopped at the first failure)" if status == "partial"
+                       else "")
             return "fails: " + ", ".join(p.id for p in self.failures) + stopped
         if status == INCOMPLETE:
             return "incomplete (no failure, but not every check the run needs ran): " + \
                 "; ".join(f"{p.id}: {_first_line(p.message)}" for p in self.incomplete)
+        if self.running:
+            return ("did not finish (the run was killed or broke): the properties with a "
+                    "verdict are what it finished")
         if status != "pass":
             return {"interrupted": "interrupted before every verdict",
-                    "running": "did not finish (the run was killed or broke)",
                     "partial": "stopped before every property ran"}[status]
         ran = {p.id for p in self.properties if p.verdict == "pass"}
         oracle = self.header.get("oracle", "oracle")
@@ -163,6 +168,7 @@ class Report:
         data: dict[str, Any] = _finite({
             "schema": SCHEMA, "target": self.target, "status": self.status,
             "conclusion": self.conclusion, "partial": self.partial,
+            "finished": not self.running,
             **extra, **self.header, "properties": [asdict(p) for p in self.properties]})
         return data
 
