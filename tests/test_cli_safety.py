@@ -5,6 +5,7 @@ JSON that would blow the stack is a usage error; the subject's escape codes are 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -76,6 +77,104 @@ def test_verify_refuses_the_targets_own_source_as_report_up_front(
     assert "so it will not be replaced" in err and "Traceback" not in err
     assert source.read_text() == text
 
+
+# ---- --html never replaces what is not an HTML report, and bad numbers say the range -------
+
+
+def _html_case(tmp_path: Path, case: str) -> tuple[list[str], Path, str]:
+    source = tmp_path / "impl.py"
+    source.write_text((HERE.parent / "src/attnspec/subjects/reference.py").read_text())
+    other = tmp_path / "notes.html"
+    other.write_text("<!DOCTYPE html><html><title>my notes</title></html>\n")
+    both = tmp_path / "r.out"
+    both.write_text("")
+    return {"target": ([str(source), "--html", str(source)], source,
+                       "the TARGET " + repr(str(source)) + " itself"),
+            "not-a-report": ([str(source), "--html", str(other)], other,
+                             "the file exists and is not an attnspec HTML report"),
+            "same-as-report": ([str(source), "--html", str(both), "--report", str(both)], both,
+                               "the same file as --report"),
+            "directory": ([str(source), "--html", str(tmp_path)], source, "a directory")}[case]
+
+
+@pytest.mark.parametrize("case", ["target", "not-a-report", "same-as-report", "directory"])
+def test_html_refuses_the_target_a_foreign_file_the_report_or_a_directory_up_front(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    args, kept, said = _html_case(tmp_path, case)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert main(["verify", *args, "--no-database", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"--html {args[2]!r}: {said}" in err and "Traceback" not in err, err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert kept.exists()
+
+
+def test_html_refuses_a_file_that_appeared_during_the_run_and_replaces_its_own(
+        tmp_path: Path) -> None:
+    from attnspec.frontends.html_report import write_html
+
+    page = tmp_path / "r.html"
+    write_html(small_report(), str(page))  # new: written
+    first = page.read_text()
+    assert first.startswith("<!DOCTYPE html>") and "attnspec report" in first
+    write_html(small_report("fail"), str(page))  # an earlier page: replaced
+    assert page.read_text() != first
+    page.write_text("print('mine')\n")
+    with pytest.raises(UsageError, match="not an attnspec HTML report"):
+        write_html(small_report(), str(page))
+    assert page.read_text() == "print('mine')\n"
+    assert sorted(os.listdir(tmp_path)) == ["r.html"]  # no temporary file left beside it
+
+
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--max-seq", "x", "'x' is not a whole number: give a whole number from 1 to 4096"),
+    ("--max-seq", "0", "--max-seq 0: must be between 1 and 4096"),
+    ("--timeout", "1s", "'1s' is not a number: give a finite number of seconds > 0"),
+    ("--timeout", "-1", "--timeout -1: must be a finite number of seconds > 0"),
+    ("--workers", "two", "'two' is not a whole number: give a whole number from 1 to 16"),
+    ("--workers", "17", "--workers 17: must be a whole number from 1 to 16"),
+    ("--max-examples", "1.5", "'1.5' is not a whole number: give a whole number >= 1"),
+    ("--max-heads", "h", "'h' is not a whole number: give a whole number from 1 to 256"),
+    ("--max-head-dim", "0", "--max-head-dim 0: must be between 1 and 1024"),
+    ("--max-width", "wide", "'wide' is not a whole number: give a whole number from 1 to 16384"),
+    ("--seed", "1.5", "'1.5' is not a whole number: give any whole number"),
+])
+def test_a_bad_number_exits_2_with_the_valid_range(
+        capsys: pytest.CaptureFixture[str], flag: str, value: str, said: str) -> None:
+    with contextlib.suppress(SystemExit):  # argparse exits 2 itself on a type error
+        code = main(["verify", "attnspec.subjects.reference", flag, value, "--no-database"])
+        assert code == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err, err
+
+
+def test_a_replay_of_the_other_kind_exits_2_saying_so(capsys: pytest.CaptureFixture[str]) -> None:
+    kernel = ('{"B":1,"H":1,"G":1,"Tq":2,"Tk":2,"D":1,"dtype":"float32","device":"cpu",'
+              '"seed":0,"causal":true,"kind":"kernel"}')
+    module = '{"B":1,"T":2,"C":2,"H":1,"dtype":"float32","device":"cpu","seed":0,"cuts":[]}'
+    for target, replay, said in (
+            ("attnspec.subjects.reference", kernel,
+             "it is a kernel example (kind: kernel), and this subject is a module"),
+            ("attnspec.subjects.kernel_sdpa", module,
+             "it is a module example (it has T and C, a kernel's has Tq, Tk and D), and this "
+             "subject is a kernel")):
+        assert main(["verify", target, "--only", "width", "--replay", replay,
+                     "--no-database", "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("import os\n\nimport nosuch_module_here\n",
+     "bad.py:3: ModuleNotFoundError: No module named 'nosuch_module_here'"),
+    ("def build(n_embd, n_head:\n", "bad.py:1: SyntaxError"),
+])
+def test_a_target_that_does_not_import_names_its_file_and_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, said: str) -> None:
+    (tmp_path / "bad.py").write_text(source)
+    assert main(["verify", str(tmp_path / "bad.py"), "--no-database", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err, err
 
 def test_report_overwrites_an_earlier_report_and_an_empty_file(tmp_path: Path) -> None:
     earlier = tmp_path / "earlier.json"
@@ -200,6 +299,7 @@ def test_report_to_a_fifo_is_written_plainly(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_verify_writes_one_report_document_into_a_fifo(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     os.mkfifo(path)
@@ -249,6 +349,7 @@ def test_verify_with_stderr_none_runs_and_restores_signal_handlers(
 
 
 @pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
 def test_verify_piped_into_head_keeps_report_and_exit_status(tmp_path: Path,
                                                             buffered: bool) -> None:
@@ -270,6 +371,7 @@ def test_verify_piped_into_head_keeps_report_and_exit_status(tmp_path: Path,
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_verify_with_stderr_closed_keeps_report_and_exit_status(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     line = " ".join(command("verify", *QUICK, "--report", str(path))) + " 2>&-"
@@ -323,6 +425,7 @@ def _running_with(*words: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
@@ -419,6 +522,7 @@ def test_summary_escapes_the_subjects_message_and_the_json_keeps_it(tmp_path: Pa
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_verify_shows_a_subjects_escape_codes_escaped(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     done = subprocess.run(

@@ -3,6 +3,8 @@ hostile subject's text escaped, and the page as headless Chromium renders it."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -84,6 +86,31 @@ def test_subject_text_is_escaped() -> None:
     assert page.count("&lt;script&gt;") >= 8
     assert render_svg({"error": hostile}).count("<script") == 0
 
+
+def test_the_policy_comes_first_and_lets_nothing_run_load_or_submit() -> None:
+    page = render_html({"target": "t", "properties": []})
+    head = page.split("<head>", 1)[1]
+    assert head.lstrip().startswith("<meta http-equiv='Content-Security-Policy'"), head[:200]
+    policy = re.search(r'content="([^"]*)"', head).group(1)  # type: ignore[union-attr]
+    assert "default-src 'none'" in policy and "unsafe" not in policy
+    assert "base-uri 'none'" in policy and "form-action 'none'" in policy
+    style = re.search(r"<style>(.*?)</style>", page, re.S).group(1)  # type: ignore[union-attr]
+    digest = base64.b64encode(hashlib.sha256(style.encode()).digest()).decode()
+    assert f"style-src 'sha256-{digest}'" in policy  # the one style sheet on the page, no other
+
+
+def test_lone_surrogates_are_replaced_and_a_huge_name_is_cut(tmp_path: Path) -> None:
+    from attnspec.frontends.html_report import write_pages
+
+    name = "x\udc80" + "n" * 2_000_000
+    report = {"target": name, "properties": [
+        {"id": "width\ud800", "verdict": "fail", "message": "bad \udcff bytes", "examples": 1}]}
+    page = render_html(report)
+    assert not re.search("[\ud800-\udfff]", page) and "x\ufffdn" in page
+    assert len(page) < 400_000 and "(cut here: 2,000,002 characters in all)" in page
+    path = tmp_path / "r.html"
+    write_pages([report], str(path))  # UTF-8 on disk, never a UnicodeEncodeError
+    assert path.read_text(encoding="utf-8") == page
 
 def test_oracle_picture_is_error_over_allowance() -> None:
     svg = render_svg({"kind": "error", "property": "oracle", "rows": "t", "cols": "c",

@@ -3,11 +3,19 @@ self-contained file (no network, no script) rendered from the JSON report's data
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import math
+import os
+import re
+import stat
+import tempfile
 from typing import Any
 
-__all__ = ["render_html", "render_svg"]
+__all__ = ["check_html_path", "render_html", "render_svg"]
+
+_MARK = "<title>attnspec report"  # what every page written since 0.1 holds near its start
 
 MARGIN_LEFT, MARGIN_TOP = 70, 30
 HATCH = ("<pattern id='{id}' width='4' height='4' patternUnits='userSpaceOnUse' "
@@ -15,8 +23,23 @@ HATCH = ("<pattern id='{id}' width='4' height='4' patternUnits='userSpaceOnUse' 
          "<line x1='0' y1='0' x2='0' y2='4' stroke='#b0b0b0' stroke-width='1.5'/></pattern>")
 
 
+_TEXT_LIMIT = 65_536  # characters of one name or message shown; a subject's can be megabytes
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _csp(style: str) -> str:
+    """Nothing runs, loads or submits: the one style sheet by its hash, images inline only."""
+    digest = base64.b64encode(hashlib.sha256(style.encode()).digest()).decode()
+    return (f"default-src 'none'; style-src 'sha256-{digest}'; img-src data:; "
+            "base-uri 'none'; form-action 'none'")
+
+
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    text = str(value)
+    if len(text) > _TEXT_LIMIT:
+        text = f"{text[:_TEXT_LIMIT]}... (cut here: {len(text):,} characters in all)"
+    # A lone surrogate cannot be written as UTF-8: shown as U+FFFD, never a crash.
+    return html.escape(_SURROGATE.sub("\ufffd", text), quote=True)
 
 
 def _value(v: Any) -> float:
@@ -114,6 +137,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-
 .pass{color:#1a7f37}.fail,.error,.crash,.timeout{color:#c62828;font-weight:bold}
 .skip,.not_run{color:#777}.incomplete{color:#b26a00;font-weight:bold}pre{background:#f5f5f5;padding:8px;white-space:pre-wrap;
 word-break:break-all}figcaption{font-size:0.85em;max-width:60em;color:#444}"""
+CSP = _csp(STYLE)
 
 
 def render_html(report: dict[str, Any]) -> str:
@@ -129,9 +153,9 @@ def render_html(report: dict[str, Any]) -> str:
               ("devices", ", ".join(report.get("devices") or ())),
               ("dtypes", report.get("dtypes")), ("CPU", host.get("cpu")),
               ("cores", host.get("cores")), ("date", host.get("date"))]
-    parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-             "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
-             "style-src 'unsafe-inline'; img-src data:\">",
+    parts = ["<!DOCTYPE html><html lang='en'><head>",
+             f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">",
+             "<meta charset='utf-8'>",
              f"<title>attnspec report: {_e(report.get('target'))}</title>",
              f"<style>{STYLE}</style></head><body>",
              f"<h1>attnspec verify {_e(report.get('target'))}</h1><table class='header'>",
@@ -219,5 +243,81 @@ def write_pages(reports: list[dict[str, Any]], path: str) -> None:
         bodies = [p.split("<body>", 1)[1].rsplit("</body>", 1)[0] for p in pages]
         pages = [pages[0].split("<body>", 1)[0] + "<body>" + "<hr>".join(bodies)
                  + "</body></html>\n"]
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(pages[0] if pages else render_html({"target": "(nothing collected)"}))
+    text = pages[0] if pages else render_html({"target": "(nothing collected)"})
+    where = check_html_path(path)  # again: the file may have appeared since the run began
+    if os.path.exists(where) and _is_stream(os.stat(where)):
+        with open(where, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=".attnspec-report-", suffix=".html",
+                               dir=os.path.dirname(where))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as handle:
+            os.chmod(tmp, 0o666 & ~_umask())
+            handle.write(text)
+        os.replace(tmp, where)  # atomic: a cut-off run never leaves half a page
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _is_stream(found: os.stat_result) -> bool:
+    return stat.S_ISCHR(found.st_mode) or stat.S_ISFIFO(found.st_mode)
+
+
+def _target_file(target: str) -> str | None:
+    """The file a TARGET names (path.py, path.py:name, path.py@backend), if it names one."""
+    head = target.split("@", 1)[0]
+    if ".py" in head:
+        head = head[:head.index(".py") + 3]
+    return head if os.path.isfile(head) else None
+
+
+def check_html_path(path: str, *, target: str | None = None, report: str | None = None) -> str:
+    """Where the HTML report for `path` goes (its real path), or UsageError: an empty name, a
+    directory, the TARGET's own file, the JSON report's path, or an existing file that is not
+    an attnspec HTML report (a source file, say) is never written over."""
+    from .._errors import UsageError
+
+    def refuse(reason: str) -> UsageError:
+        return UsageError(option="html", value=path, reason=reason)
+
+    if not path:
+        raise refuse("give a file name for the HTML report.")
+    where = os.path.realpath(path)
+    if os.path.isdir(where) or path.endswith(("/", os.sep)):
+        raise refuse("a directory; give a file name (report.html, say).")
+    source = None if target is None else _target_file(target)
+    if source is not None and os.path.realpath(source) == where:
+        raise refuse(f"the TARGET {target!r} itself: the HTML report would overwrite the "
+                     "subject's source; give another file name.")
+    if report is not None and os.path.realpath(report) == where:
+        raise refuse("the same file as --report: the HTML page would overwrite the JSON report "
+                     "(or the JSON the page); give each its own file name.")
+    try:
+        found = os.stat(where)
+    except FileNotFoundError:
+        found = None
+    except OSError as error:
+        raise refuse(f"cannot look at this path ({error.strerror or error}).") from None
+    if found is None or _is_stream(found) or found.st_size == 0:
+        return where
+    if not stat.S_ISREG(found.st_mode):
+        raise refuse("not a regular file, a device or a pipe; give a file name.")
+    try:
+        with open(where, "rb") as handle:
+            head = handle.read(4096).decode("utf-8", errors="replace")
+    except OSError as error:
+        raise refuse(f"the file exists and cannot be read to check that it is an attnspec HTML "
+                     f"report ({error.strerror or error}), so it will not be replaced.") from None
+    if not head.startswith("<!DOCTYPE html>") or _MARK not in head:
+        raise refuse("the file exists and is not an attnspec HTML report, so it will not be "
+                     "replaced; give a new file name, or remove the file first.")
+    return where

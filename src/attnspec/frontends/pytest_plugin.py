@@ -37,7 +37,7 @@ _FLAGS = {"max_examples": "--attnspec-max-examples", "max_seq": "--attnspec-max-
           "max_head_dim": "--attnspec-max-head-dim", "max_width": "--attnspec-max-width",
           "world_sizes": "--attnspec-world-sizes", "timeout": "--attnspec-timeout",
           "worker_user": "--attnspec-worker-user", "black_box": "--attnspec-black-box",
-          "require": "--attnspec-require"}
+          "require": "--attnspec-require", "html": "--attnspec-html"}
 
 
 def subject_targets(config: pytest.Config) -> list[str]:
@@ -75,6 +75,12 @@ def pytest_configure(config: pytest.Config) -> None:
             worker_user=config.getoption("--attnspec-worker-user"),
             black_box=_black_box(config),
             require=tuple(config.getoption("--attnspec-require") or ()) or None)
+        html = config.getoption("--attnspec-html", None)
+        if html is not None:  # before the run, as the command line does
+            from .html_report import check_html_path
+
+            for target in subject_targets(config):
+                check_html_path(html, target=target)
     except UsageError as error:
         from .verify_cli import in_flags
 

@@ -21,6 +21,7 @@ from ..runner.options import (
     HEADS_LIMIT,
     MAX_HEAD_DIM,
     MAX_HEADS,
+    MAX_SEQ_LIMIT,
     MAX_WIDTH,
     PROFILES,
     WIDTH_LIMIT,
@@ -203,8 +204,25 @@ FLAGS = {"only": "--only", "skip": "--skip", "device": "--device", "dtypes": "--
          "timeout": "--timeout", "max_seq": "--max-seq", "report": "--report",
          "max_heads": "--max-heads", "max_head_dim": "--max-head-dim", "max_width": "--max-width",
          "replay": "--replay", "world_sizes": "--world-sizes", "worker_user": "--worker-user",
-         "workers": "--workers", "black_box": "--black-box", "require": "--require"}
+         "workers": "--workers", "black_box": "--black-box", "require": "--require",
+         "html": "--html"}
 """verify()'s parameters, as the command line spells them."""
+
+
+def _up_to(limit: int) -> Any:
+    return _number(int, f"give a whole number from 1 to {limit}")
+
+
+def _number(kind: type, valid: str) -> Any:
+    """An argparse type: a value that is not a `kind` says what would be valid."""
+    def parse(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            noun = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}: {valid}.") from None
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def in_flags(error: BaseException, flags: dict[str, str]) -> str:
@@ -214,7 +232,7 @@ def in_flags(error: BaseException, flags: dict[str, str]) -> str:
         return str(error)
     value = getattr(error, "value", None)
     shown = (f"{value:g}" if isinstance(value, float) else repr(value)
-             if option == "report" or value == "" else str(value))
+             if option in ("report", "html") or value == "" else str(value))
     return f"{flags[option]} {shown}: {getattr(error, 'reason', '')}"
 
 
@@ -247,21 +265,28 @@ def add_verify_parser(sub: Any) -> None:
     tier.add_argument("--profile", choices=list(PROFILES),
                       default="default", help="examples per property: 10, 50, 400 (ci: 50, "
                                               "derandomized, no database)")
-    tier.add_argument("--max-examples", type=int, metavar="N", help="examples per property")
-    verify.add_argument("--seed", type=int, metavar="N", help="the same seed replays the run")
-    verify.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+    tier.add_argument("--max-examples", type=_number(int, "give a whole number >= 1"),
+                      metavar="N", help="examples per property")
+    verify.add_argument("--seed", type=_number(int, "give any whole number"),
+                        metavar="N", help="the same seed replays the run")
+    verify.add_argument("--timeout", type=_number(float, "give a finite number of seconds > 0"),
+                        default=30.0, metavar="SECONDS",
                         help="seconds one example may take before the worker is killed (30)")
-    verify.add_argument("--max-seq", type=int, default=None, metavar="T",
+    verify.add_argument("--max-seq", type=_up_to(MAX_SEQ_LIMIT),
+                        default=None, metavar="T",
                         help="the longest sequence length drawn (64 for modules, 256 for "
                              "kernels; at most 4096); raise it past a blocked kernel's block "
                              "size")
-    verify.add_argument("--max-heads", type=int, default=MAX_HEADS, metavar="H",
+    verify.add_argument("--max-heads", type=_up_to(HEADS_LIMIT),
+                        default=MAX_HEADS, metavar="H",
                         help=f"the most query heads drawn ({MAX_HEADS}, at most {HEADS_LIMIT})")
-    verify.add_argument("--max-head-dim", type=int, default=MAX_HEAD_DIM, metavar="D",
+    verify.add_argument("--max-head-dim", type=_up_to(HEAD_DIM_LIMIT),
+                        default=MAX_HEAD_DIM, metavar="D",
                         help=f"the largest head size drawn ({MAX_HEAD_DIM}, at most "
                              f"{HEAD_DIM_LIMIT}); 32, 64, 80, 96, 128, 256 and their neighbours "
                              "are favoured where allowed")
-    verify.add_argument("--max-width", type=int, default=MAX_WIDTH, metavar="C",
+    verify.add_argument("--max-width", type=_up_to(WIDTH_LIMIT),
+                        default=MAX_WIDTH, metavar="C",
                         help=f"the widest C = H x D drawn ({MAX_WIDTH}, at most {WIDTH_LIMIT}); "
                              "3 examples in 4 are narrow (H <= 8, D <= 16), the others have "
                              "B = 1 and T up to max(9, max_seq / 8)")
@@ -279,7 +304,8 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--html", metavar="FILE.html",
                         help="write an HTML report (one self-contained file) with a picture of "
                              "each failure, replayed against the subject")
-    verify.add_argument("--workers", type=int, default=None, metavar="N",
+    verify.add_argument("--workers", type=_number(int, "give a whole number from 1 to 16"),
+                        default=None, metavar="N",
                         help="runners checking properties at once, each with its own worker "
                              "(default: 2 where this process may run on 2 cores, else 1; 1 "
                              "with -x)")
@@ -461,6 +487,10 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
 
     dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]
     replay = None if args.replay is None else _replay_object(args.replay)
+    if args.html is not None:  # before the run: a path it would refuse at the end costs it all
+        from .html_report import check_html_path
+
+        check_html_path(args.html, target=args.target, report=args.report)
     plain = args.report is not None and is_stream(args.report)
     if plain:  # the engine writes after every property; a pipe's reader wants one document
         check_report_path(args.report)
