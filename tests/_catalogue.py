@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 from collections.abc import Collection
@@ -21,3 +22,15 @@ def expected(path: Path, ids: Collection[str], prefix: str = "catalogue") -> fro
     value = module.EXPECTED
     assert isinstance(value, frozenset) and value <= set(ids), path
     return value
+
+
+
+def literal(path: Path, name: str) -> object:
+    """A module-level literal of a catalogue file, read without running the file (a hostile
+    subject attacks whatever process imports it)."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path} has no {name} = <literal>")

@@ -36,6 +36,9 @@ _PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15
 _LINE_LIMIT = 64 * 1024 * 1024  # one answer: a result with its counterexample, never this big
 
 
+_STOP_POLL = 0.5  # seconds between looks at a silent lane's state
+
+
 class LaneLost(Exception):
     """The lane's process is gone, or answered something that is not a lane's answer."""
 
@@ -46,9 +49,11 @@ class Lane:
 
     def __init__(self, make_session: Callable[[], Session], quick_examples: int,
                  name: str, prestart: bool = True, others: Sequence[Lane] = (),
-                 silence: float = 3600.0) -> None:
+                 silence: float = 3600.0, stopped: float | None = None) -> None:
         self.name = name
         self.silence = silence  # the longest a lane may go without a message
+        # The longest it may stay stopped (SIGSTOP: no CPU, so only the wall clock sees it).
+        self.stopped = silence if stopped is None else stopped
         self._pending = b""
         down_read, down_write = os.pipe()
         up_read, up_write = os.pipe()
@@ -107,11 +112,23 @@ class Lane:
         from select)."""
         deadline = time.monotonic() + self.silence
         fd = self._up.fileno()
+        stopped_since: float | None = None
         while b"\n" not in self._pending:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            now = time.monotonic()
+            left = deadline - now
+            if left <= 0:
                 self.kill()
                 raise LaneLost(f"it sent nothing for {self.silence:g} s, and was killed")
+            if not select.select([fd], [], [], min(left, _STOP_POLL))[0]:
+                if not self._is_stopped():
+                    stopped_since = None
+                elif stopped_since is None:
+                    stopped_since = now
+                elif now - stopped_since >= self.stopped:
+                    self.kill()
+                    raise LaneLost(f"it was stopped (SIGSTOP, or a tracer) for {self.stopped:g} "
+                                   "s, and was killed: a stopped runner is a hung one")
+                continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 self.alive = False
@@ -141,6 +158,13 @@ class Lane:
     def interrupt(self) -> None:
         """Ctrl-C for the lane: its pass stops now and answers with what it had."""
         self._signal(signal.SIGINT)
+
+    def _is_stopped(self) -> bool:
+        try:  # the state is the first field after the name, which may hold ") "
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                return stat.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+        except (OSError, IndexError):
+            return False  # not Linux, or gone: the pipe says so
 
     def kill(self) -> None:
         """SIGKILL: a lane that did not answer in time (its workers see it gone and end)."""
@@ -564,6 +588,10 @@ class Passes:
                 found = result_from(message.get("result"), lane.name)
                 if found.id != self.props[i]:
                     raise LaneLost(f"it answered {found.id!r} for {self.props[i]!r}")
+                with self.cond:
+                    halted_by_us = self.stopping
+                if found.verdict == "not_run" and not halted_by_us:  # only halt() gives it
+                    raise LaneLost("its pass was halted by a signal this run did not send")
                 declined = message.get("declined", 0)
                 self.session._declined[found.id] = declined if isinstance(
                     declined, int) else 0
