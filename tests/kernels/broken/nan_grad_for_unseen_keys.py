@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from _kernel import ALL_FEATURES, Kernel, bind
 
-EXPECTED = frozenset({"oracle_grad", "masked_rows"})
-TRIGGER = {}
+EXPECTED = frozenset({"oracle_grad"})
+TRIGGER = {"window": (1, 0)}  # keys 0..2 are seen by no query
 PROTOCOL = "kernel"
 LAYOUT = "bhsd"
 CAUSAL = "bottom_right"

@@ -5,10 +5,11 @@ dtype must be q's."""
 
 from __future__ import annotations
 
+import torch
 from _kernel import ALL_FEATURES, Kernel, bind
 
 EXPECTED = frozenset({"dtype"})
-TRIGGER = {}
+TRIGGER = {"dtype": torch.bfloat16}
 PROTOCOL = "kernel"
 LAYOUT = "bhsd"
 CAUSAL = "bottom_right"
