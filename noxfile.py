@@ -27,7 +27,18 @@ def tests(session: nox.Session) -> None:
     """attnspec's own tests (CI): the catalogue's smallest share, the CLI, the lab, mypy
     --strict (tests/test_examples_typing.py); two pytest workers, one per core."""
     session.install(*CONSTRAINTS, "-e", ".[test]")
-    session.run("pytest", "tests", "-n", "2", "--durations=15", *session.posargs)
+    session.run("pytest", "tests", "-n", "2", "-m", "not process", "--durations=15",
+                *session.posargs)
+
+
+@nox.session
+def processes(session: nox.Session) -> None:
+    """The tests that start, stop and kill real processes (crashes, stop signals, lanes,
+    zygotes, ranks, the hostile catalogue): their own session, so that tests stays under
+    10 minutes on 2 cores; CI runs both."""
+    session.install(*CONSTRAINTS, "-e", ".[test]")
+    session.run("pytest", "tests", "-n", "2", "-m", "process", "--durations=15",
+                *session.posargs)
 
 
 @nox.session

@@ -97,6 +97,7 @@ def _denied(stderr: str) -> set[str]:
 
 @linux
 @pytest.mark.slow
+@pytest.mark.process
 def test_the_cli_runner_is_hardened_and_prints_the_reports_digest(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     done = _cli("attnspec.subjects.reference", "--only", "width", "--report", str(report),
@@ -110,6 +111,7 @@ def test_the_cli_runner_is_hardened_and_prints_the_reports_digest(tmp_path: Path
 
 @linux
 @pytest.mark.slow
+@pytest.mark.process
 def test_a_subject_of_the_same_non_root_user_cannot_reach_the_runner(shared_dir: Path) -> None:
     done = _cli("tampers.py", "--only", "width", cwd=shared_dir, user="nobody")
     assert done.returncode == 0, done.stderr
@@ -119,6 +121,7 @@ def test_a_subject_of_the_same_non_root_user_cannot_reach_the_runner(shared_dir:
 
 @linux
 @pytest.mark.slow
+@pytest.mark.process
 def test_a_root_runner_can_run_the_worker_as_another_user(worker_dir: Path) -> None:
     report = worker_dir / "report.json"
     done = _cli("tampers.py", "--only", "width", "--worker-user", "nobody", "--report",
@@ -170,6 +173,7 @@ def test_sweep_kills_detached_processes_and_leaves_the_callers_own(tmp_path: Pat
 
 @linux
 @pytest.mark.slow
+@pytest.mark.process
 def test_the_api_leaves_the_callers_process_as_it_found_it() -> None:
     # A subreaper that outlived the run would keep, as zombies, the orphans of whatever the
     # caller starts next (a pytest process's later subprocesses, say).

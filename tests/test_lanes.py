@@ -23,7 +23,7 @@ from attnspec.runner.options import RunOptions
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 
 def _verify(*args: str, report: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -25,7 +25,7 @@ HERE = Path(__file__).parent
 FAULTY = HERE / "faulty"
 TARGETS = FAULTY / "targets"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -160,6 +160,7 @@ def _listening(pids: list[int]) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ranks_join_on_loopback_only_and_none_outlives_close() -> None:
     gang = Gang(str(GOOD), 2, timeout=30)
@@ -191,6 +192,7 @@ WRAPPED = HERE / "good" / "_sharded_wrapped.py"  # a wrapper, a DTensor output, 
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_the_reference_sharders_and_the_doubles_pass() -> None:
     # The double that rounds by batch position (as another CPU may) in float64, where the
     # allowance is tightest; the wrapped double; the built-ins. One run (one set of ranks) per
@@ -216,6 +218,7 @@ FAULTS = (("die", "crash", "rank 1 of 2 killed its process (exit code 3)"),
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_a_failing_rank_is_named_and_the_ranks_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -244,6 +247,7 @@ def test_a_failing_rank_is_named_and_the_ranks_restart(
 
 
 @pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ranks_die_with_a_killed_runner(tmp_path: Path) -> None:
     env = {**os.environ, "ATTNSPEC_RANK_FAULT": "hang", "ATTNSPEC_RANK_PIDS": str(tmp_path)}
@@ -281,6 +285,7 @@ ALIBI_RANK_0 = HERE / "broken" / "tp_alibi_slopes_of_rank_0.py"
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_tp_names_the_rank_whose_heads_are_wrong_not_the_first_all_reduced_one() -> None:
     # Every rank returns the same all-reduced output; only rank 1's head has the wrong slope.
     from attnspec import ALiBi

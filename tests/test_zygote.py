@@ -60,6 +60,7 @@ def _tree(root: int) -> dict[int, tuple[int, int, str]]:
 
 @linux
 @pytest.mark.slow
+@pytest.mark.process
 def test_the_cli_forks_each_runners_workers_from_its_own_zygote(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     process = _cli("tests/faulty/slow.py", "--only", "width,dtype,determinism",
@@ -92,6 +93,7 @@ def test_the_cli_forks_each_runners_workers_from_its_own_zygote(tmp_path: Path) 
 
 @linux
 @pytest.mark.slow
+@pytest.mark.process
 def test_a_forked_workers_crash_is_named_by_its_signal_and_shrunk(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     process = _cli(str(FAULTY / "segfaults.py"), "--only", "width,divisibility", "--seed", "0",
@@ -107,6 +109,7 @@ def test_a_forked_workers_crash_is_named_by_its_signal_and_shrunk(tmp_path: Path
 
 @linux
 @pytest.mark.slow
+@pytest.mark.process
 def test_forked_workers_give_the_exec_d_workers_verdicts(tmp_path: Path) -> None:
     props = "width,causality,determinism,batch_independence"
     path = tmp_path / "cli.json"
@@ -125,6 +128,7 @@ def test_forked_workers_give_the_exec_d_workers_verdicts(tmp_path: Path) -> None
 
 @linux
 @pytest.mark.slow
+@pytest.mark.process
 def test_attnspec_exec_workers_turns_the_zygote_off(tmp_path: Path) -> None:
     process = _cli("tests/faulty/slow.py", "--only", "width", "--max-examples", "6",
                    "--workers", "1", env={**os.environ, "ATTNSPEC_EXEC_WORKERS": "1"})

@@ -12,7 +12,7 @@ from ._errors import ShapeError as ShapeError
 from ._errors import TargetError as TargetError
 from ._errors import UsageError as UsageError
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # Tracebacks name the errors where users import them from: attnspec.ShapeError.
 for _error in (AttnspecError, ConfigError, DivisibilityError, ShapeError, TargetError, UsageError):
