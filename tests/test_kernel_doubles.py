@@ -592,10 +592,13 @@ def input_unchanged(case: Case) -> str | None:
     qs, ks, vs = draw(case)
     tensors = (pack(case, qs), pack(case, ks), pack(case, vs))
     before = [t.clone() for t in tensors]
+    versions = [t._version for t in tensors]
     Run(case, qs, ks, vs, extras(case), tensors=tensors)
-    for name, t, b in zip("qkv", tensors, before, strict=True):
+    for name, t, b, was in zip("qkv", tensors, before, versions, strict=True):
         if not torch.equal(t, b):
             return f"{name} was changed in place"
+        if t._version != was:
+            return f"{name} was written in place during the call (its version moved)"
     return None
 
 

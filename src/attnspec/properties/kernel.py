@@ -371,6 +371,7 @@ class Kernel:
         if result.get("inputs") is not None:
             out["inputs"] = result["inputs"]
             out["sent"] = {n: step[n] for n in "qkv"}
+            out["written"] = [n for n in str(result.get("written") or "").split(",") if n]
         return out
 
 
@@ -688,6 +689,8 @@ def _same_nan(a: Tensor, b: Tensor) -> bool:
 
 
 def check_input_unchanged(kern: Kernel) -> Outcome:
+    """q, k and v are as they were after the call, and were not written during it (their
+    version counters did not move: a write undone before return shows there)."""
     ex = kern.ex
     q, k, v = inputs(ex)
     (got,) = kern.run([kern.step(q, k, v, inputs_after=True)])
@@ -698,6 +701,11 @@ def check_input_unchanged(kern: Kernel) -> Outcome:
             err = tol.max_abs_diff(after, sent)[0] if after.shape == sent.shape else math.inf
             return _failed(f"attention wrote into its input {name} (it changed by up to "
                          f"{err:.3g}): a kernel must leave q, k and v as it found them", err, 0.0)
+    for name in got.get("written", []):
+        return _failed(f"attention wrote into its input {name} during the call and put it back "
+                       f"before returning ({name}._version moved: an in-place operation, "
+                       f"undone): whatever reads {name} meanwhile (another stream, another "
+                       "thread) sees it changed; a kernel must leave q, k and v as it found them")
     return Outcome(PASS)
 
 

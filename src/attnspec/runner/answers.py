@@ -180,6 +180,7 @@ class _Result:
         grads = {g: self.tensor(g, optional=True) for g in ("dq", "dk", "dv") if g in self.result}
         if step.get("inputs_after"):
             self.tensors("inputs")
+            self.plain("written", str, optional=True)
         if step.get("lse") and lse is None:
             raise BadAnswer(f"{self.what} has no 'lse', though the subject declares one.")
         for (name, g), t in zip(grads.items(), "qkv", strict=False):

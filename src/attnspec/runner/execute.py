@@ -287,7 +287,10 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         with torch.set_grad_enabled(grad is not None):
             return state.subject.build(q, k, v, **keywords)
 
+    versions = [t._version for t in given]  # an in-place write moves it, even if undone
     result = _call(what, run)
+    written = ",".join(n for n, t, was in zip("qkv", given, versions, strict=True)
+                       if t._version != was)
     want_lse = bool(step.get("lse"))
     if want_lse:
         if not (isinstance(result, tuple | list) and len(result) == 2):
@@ -335,6 +338,7 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     if step.get("inputs_after"):
         sent["inputs"] = {n: _sendable(f"{n} after the call", t, tensor_limit(t.numel()))
                           for n, t in zip("qkv", given, strict=True)}
+        sent["written"] = written
     return sent
 
 
