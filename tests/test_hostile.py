@@ -87,6 +87,8 @@ def test_a_hostile_subject_gets_its_verdict_in_time_and_leaves_nothing(
         assert verdicts[prop]["verdict"] == verdict, (prop, verdicts[prop]["message"], shown)
     for key, value in want.get("header", {}).items():
         assert data[key] == value, (key, data[key], shown)
+    if "note" in want:  # what the run says of its runners: the lane lost, and why
+        assert want["note"] in (data.get("workers_note") or ""), shown
     if "message" in want:
         prop, text = want["message"]
         assert text in verdicts[prop]["message"], (verdicts[prop]["message"], shown)
