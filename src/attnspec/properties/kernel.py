@@ -361,8 +361,8 @@ class Kernel:
                                    ex.Tq if which == "q" else ex.Tk)
             return conv.from_layout(t, c.layout)
 
-        out = {"o": back(result["out"], "q"), "raw": result,
-               "lse_grad": bool(result.get("lse_grad"))}
+        out: dict[str, Any] = {"o": back(result["out"], "q"), "raw": result,
+                               "lse_grad": bool(result.get("lse_grad"))}
         lse = result.get("lse")
         out["lse"] = None if lse is None else conv.lse_from_layout(
             lse.double(), c, lq, ex.Tq)
