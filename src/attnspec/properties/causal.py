@@ -40,6 +40,20 @@ from .base import (
 from .yardsticks import _checked_weights, _has_export, _yardstick_weights
 
 
+def _again(ctx: Context, ex: Example, prop: str, mine: tuple[Tensor, Tensor],
+           theirs: tuple[Tensor, Tensor], salt: int) -> float:
+    """The subject's jitter: each side's (input, first output) called again, and one fresh
+    input on both sides, the largest difference over the three pairs of identical calls."""
+    (x_mine, mine1), (x_theirs, theirs1) = mine, theirs
+    probe = _probe(ex, x_mine, salt)
+    ctx.submit_apart(ex, [{"op": "forward", "x": x_mine}, *probe],
+                     [{"op": "forward", "x": x_theirs}, *probe])
+    got_mine, got_theirs = ctx.collect_apart()
+    (mine2, mine_z), (theirs2, their_z) = (_outputs([x_mine, x_mine], got_mine),
+                                           _outputs([x_theirs, x_theirs], got_theirs))
+    _finite(prop, "forward", mine2, theirs2, mine_z, their_z)
+    return _jitter((mine1, mine2), (theirs1, theirs2), (mine_z, their_z))
+
 def check_causality(ctx: Context, ex: Example) -> Outcome:
     cuts = _cuts(ex)
     if not cuts:
@@ -73,13 +87,7 @@ def check_causality(ctx: Context, ex: Example) -> Outcome:
     if err == 0:  # nothing changed: no jitter estimate could make it a leak
         return Outcome(PASS)
     # Jitter from pairs of equal calls: each side again, and one fresh input on both sides.
-    probe = _probe(ex, same, 4000)
-    ctx.submit_apart(ex, [{"op": "forward", "x": same}, *probe],
-                     [{"op": "forward", "x": moved}, *probe])
-    mine, theirs = ctx.collect_apart()
-    (same2, mine_z), (moved2, their_z) = (_outputs([same, same], mine),
-                                          _outputs([moved, moved], theirs))
-    jitter = _jitter((same1, same2), (moved1, moved2), (mine_z, their_z))
+    jitter = _again(ctx, ex, "causality", (same, same1), (moved, moved1), 4000)
     allowed = tol.K * jitter
     change = f"changing inputs after position t={t} changed outputs at or before t by {err:.3g}"
     if err > allowed:
@@ -372,13 +380,7 @@ def check_mixing(ctx: Context, ex: Example) -> Outcome:
         return Outcome(PASS)
     # Or more than the jitter of identical calls (each again, one fresh input on both sides)
     # where that jitter is rounding: a 16-bit row seldom moves by 16 floors of its scale.
-    probe = _probe(ex, plus, 4100)
-    ctx.submit_apart(ex, [{"op": "forward", "x": plus}, *probe],
-                     [{"op": "forward", "x": minus}, *probe])
-    mine, theirs = ctx.collect_apart()
-    (plus2, mine_z), (minus2, their_z) = (_outputs([plus, plus], mine),
-                                          _outputs([minus, minus], theirs))
-    jitter = _jitter((plus1, plus2), (minus1, minus2), (mine_z, their_z))
+    jitter = _again(ctx, ex, "mixing", (plus, plus1), (minus, minus1), 4100)
     if jitter <= floor and all(q > tol.K * jitter for q in quick):
         return Outcome(PASS)
     # Not clear: every copy against x at the copies' own offsets, x in one process and the
@@ -414,13 +416,7 @@ def check_mixing(ctx: Context, ex: Example) -> Outcome:
     if all(found[i] > _MIX_CLEAR * tol.floor(ex.dtype, at_t(same1, moved1)) for i in judged):
         return Outcome(PASS, notes=notes)
     # Jitter from pairs of equal calls: each side again, and one fresh input on both sides.
-    probe = _probe(ex, same, 4000)
-    ctx.submit_apart(ex, [{"op": "forward", "x": same}, *probe],
-                     [{"op": "forward", "x": moved}, *probe])
-    mine, theirs = ctx.collect_apart()
-    (same2, mine_z), (moved2, their_z) = (_outputs([same, same], mine),
-                                          _outputs([moved, moved], theirs))
-    jitter = _jitter((same1, same2), (moved1, moved2), (mine_z, their_z))
+    jitter = _again(ctx, ex, "mixing", (same, same1), (moved, moved1), 4000)
     allowed = tol.K * jitter
     still = [sources[i] for i in judged if not found[i] > allowed]
     if still and shows is None and ex.dtype in ("bfloat16", "float16"):
