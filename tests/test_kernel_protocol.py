@@ -339,3 +339,18 @@ def test_kernel_inputs_are_disjoint_windows_of_one_pool_copied_out_of_it() -> No
     big = kp._normal(ex, 5, kp.POOL_SIZE // 2 + 1)
     assert big.numel() == kp.POOL_SIZE // 2 + 1 and abs(float(big.std()) - 1) < 5e-3
     assert big.untyped_storage().data_ptr() != pool.untyped_storage().data_ptr()
+
+
+def test_a_kernel_answer_naming_what_it_wrote_is_checked() -> None:
+    from attnspec.runner.answers import BadAnswer, check_results
+
+    q = torch.zeros(1, 2, 3, 4)
+    step = {"op": "kernel", "q": q, "k": q, "v": q, "out_shape": [1, 2, 3, 4], "lse": False,
+            "lse_shape": [1, 2, 3], "inputs_after": True}
+    ok = {"out": q.clone(), "device": "cpu", "lse": None, "lse_grad": False,
+          "inputs": {n: q.clone() for n in "qkv"}, "written": "k"}
+    check_results({"kind": "ok", "results": [ok]}, [step], device="cpu")
+    for forged in ("weights", "q,k,v,q", 3):
+        with pytest.raises(BadAnswer, match="'written'"):
+            check_results({"kind": "ok", "results": [{**ok, "written": forged}]}, [step],
+                          device="cpu")

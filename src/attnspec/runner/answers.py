@@ -180,7 +180,11 @@ class _Result:
         grads = {g: self.tensor(g, optional=True) for g in ("dq", "dk", "dv") if g in self.result}
         if step.get("inputs_after"):
             self.tensors("inputs")
-            self.plain("written", str, optional=True)
+            written = self.plain("written", str, optional=True)
+            names = [n for n in (written or "").split(",") if n]
+            if len(set(names)) != len(names) or any(n not in ("q", "k", "v") for n in names):
+                raise BadAnswer(f"{self.what} has 'written' {written!r:.40}, not a "
+                                "comma-separated list of distinct names among q, k and v.")
         if step.get("lse") and lse is None:
             raise BadAnswer(f"{self.what} has no 'lse', though the subject declares one.")
         for (name, g), t in zip(grads.items(), "qkv", strict=False):
