@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -656,8 +657,36 @@ def fresh_results(case: Case) -> str | None:
         q4[-1][:, -1] *= -1
         k4[-1][:, -1] += 2.0
         v4[-1][:, -1] -= 3.0
-    bad = check_outs(case, Run(case, q4, k4, v4, ex), expected_outs(case, q4, k4, v4, ex),
-                     "the last positions changed")
+    tensors4 = None
+    if case.layout != "varlen":  # k one row for all, sent as an expand (stride 0 along B)
+        k4 = [k4[0].clone() for _ in k4]
+        packed = pack(case, k4)
+        tensors4 = (pack(case, q4), packed[:1].expand(packed.shape), pack(case, v4))
+    # the first inputs again, from a second thread at the same time (scratch shared by calls)
+    q1, k1, v1 = draw(case)
+    seen: dict[str, Any] = {}
+    gate = threading.Barrier(2)
+
+    def alongside() -> None:
+        gate.wait()
+        seen["run"] = Run(case, q1, k1, v1, ex)
+
+    thread = threading.Thread(target=alongside)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        thread.start()
+        gate.wait()
+        fourth = Run(case, q4, k4, v4, ex, tensors=tensors4)
+        thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    bad = check_outs(case, fourth, expected_outs(case, q4, k4, v4, ex),
+                     "the last positions changed, k of stride 0 along B")
+    if bad:
+        return bad
+    bad = check_outs(case, seen["run"], expected_outs(case, q1, k1, v1, ex),
+                     "the first inputs again from a second thread, at the same time")
     if bad:
         return bad
     # poisoned memory: freed NaN blocks of the output's size, then a fresh call
@@ -785,6 +814,7 @@ def good_cases(module: ModuleType) -> list[Case]:
         if has("sinks"):  # a row that sees no key, with a sink: o 0, lse the sink's logit
             cases.append({"Tq": 6, "Tk": 2, "sinks": True})
     cases.append({"Tq": 1, "Tk": 1, "G": BASE["H"]})  # one key: the shortcut that aliases v
+    cases.append({"Tq": 6, "Tk": 6, "mag": 10.0})  # logits past 88: exp without the max overflows
     if has("noncausal"):
         cases.append({"causal": False, "Tq": 6 if not has("cross") else 10, "Tk": 6 if not
                       has("cross") else 7})

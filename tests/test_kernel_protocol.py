@@ -10,10 +10,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from torch import Tensor
 
 import attnspec
 from attnspec.reference.conventions import KernelConventions
@@ -354,3 +357,55 @@ def test_a_kernel_answer_naming_what_it_wrote_is_checked() -> None:
         with pytest.raises(BadAnswer, match="'written'"):
             check_results({"kind": "ok", "results": [{**ok, "written": forged}]}, [step],
                           device="cpu")
+
+
+def test_a_kernel_answer_for_the_call_made_alongside_is_checked() -> None:
+    from attnspec.runner.answers import BadAnswer, check_results
+
+    q = torch.zeros(1, 2, 3, 4)
+    step = {"op": "kernel", "q": q, "k": q, "v": q, "out_shape": [1, 2, 3, 4], "lse": False,
+            "lse_shape": [1, 2, 3], "alongside": {n: q for n in "qkv"}}
+    ok = {"out": q.clone(), "device": "cpu", "lse": None, "lse_grad": False,
+          "alongside": q.clone()}
+    check_results({"kind": "ok", "results": [ok]}, [step], device="cpu")
+    for forged, match in ((None, "'alongside'"), ("o", "'alongside'"),
+                          (torch.zeros(1, 2, 3), "second thread"),
+                          (q.half(), "second thread")):
+        with pytest.raises(BadAnswer, match=match):
+            check_results({"kind": "ok", "results": [{**ok, "alongside": forged}]}, [step],
+                          device="cpu")
+
+
+def test_fresh_results_calls_from_two_threads_at_once_and_with_a_stride_0_k() -> None:
+    """The worker runs the fourth call while a second thread calls on the first inputs (both
+    started at one barrier, overlapping), and sends k as one row expanded along B."""
+    from attnspec.runner import execute
+
+    seen: list[tuple[str, tuple[int, ...], float, float]] = []
+    gate = threading.Barrier(2, timeout=10)
+
+    def call(q: Tensor, k: Tensor, v: Tensor, **keywords: object) -> Tensor:
+        start = time.monotonic()
+        gate.wait()  # both calls in flight at once, or this times out
+        seen.append((threading.current_thread().name, tuple(k.stride()), start,
+                     time.monotonic()))
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k.repeat_interleave(q.shape[1] // k.shape[1], 1),
+            v.repeat_interleave(q.shape[1] // k.shape[1], 1), is_causal=True)
+
+    class Subject:
+        build = staticmethod(call)
+
+    state = execute.Executed(subject=Subject())  # type: ignore[arg-type]
+    state.device = "cpu"
+    q = torch.randn(2, 4, 5, 3)
+    kv = torch.randn(1, 2, 5, 3).expand(2, 2, 5, 3).contiguous()
+    step = {"op": "kernel", "q": q, "k": kv, "v": kv.clone(), "keywords": {"causal": True},
+            "lse": False, "out_shape": [2, 4, 5, 3], "lse_shape": [2, 4, 5],
+            "broadcast": ["k"], "alongside": {"q": q + 1, "k": kv, "v": kv}}
+    sent = execute._kernel(state, step)
+    assert sorted(name for name, *_ in seen) == ["MainThread", "attnspec-alongside"]
+    main = next(s for s in seen if s[0] == "MainThread")
+    assert main[1][0] == 0  # k's batch stride
+    assert sent["alongside"].shape == sent["out"].shape
+    assert not torch.equal(sent["alongside"], sent["out"])

@@ -278,13 +278,15 @@ class Kernel:
 
     def step(self, q: Tensor, k: Tensor, v: Tensor, *, grad: Mapping[str, Tensor | None]
              | None = None, inputs_after: bool = False, in_place: bool = False,
-             strided: bool = False, knob: tuple[str, Any] | None = None) -> dict[str, Any]:
+             strided: bool = False, knob: tuple[str, Any] | None = None,
+             broadcast: str = "", alongside: tuple[Tensor, Tensor, Tensor] | None = None,
+             ) -> dict[str, Any]:
         ex, c = self.ex, self.c
         lengths = _lengths(ex)
         if c.layout == "varlen":
             lq = [n for n, _ in lengths]
             lk = [n for _, n in lengths]
-            sent = [conv.pack(q, lq), conv.pack(k, lk), conv.pack(v, lk)]
+            sent = self._laid_out(q, k, v)
             total = sum(lq)
             out_shape: tuple[int, ...] = (total, ex.H, ex.D)
             keywords: dict[str, Any] = {
@@ -292,7 +294,7 @@ class Kernel:
                 "cu_seqlens_k": conv.cu_seqlens(lk).tolist(),
                 "max_seqlen_q": max(lq, default=0), "max_seqlen_k": max(lk, default=0)}
         else:
-            sent = [conv.to_layout(t, c.layout) for t in (q, k, v)]
+            sent = self._laid_out(q, k, v)
             total, out_shape, keywords = ex.B * ex.Tq, tuple(sent[0].shape), {}
         keywords["causal"] = ex.causal
         if c.has("scale") and not (ex.softmax_scale is None and c.scale_default):
@@ -319,7 +321,19 @@ class Kernel:
             step["in_place"] = True
         if strided:  # q, k, v as views into wider storage: last dim dense, the rest not
             step["strided"] = True
+        if broadcast:  # these (equal along B) as one batch row expanded: stride 0
+            step["broadcast"] = list(broadcast)
+        if alongside is not None:  # a second call at the same time, from another thread
+            step["alongside"] = dict(zip("qkv", self._laid_out(*alongside), strict=True))
         return step
+
+    def _laid_out(self, q: Tensor, k: Tensor, v: Tensor) -> list[Tensor]:
+        """q, k, v (B, H|G, T, D) in the kernel's layout: varlen packs each row's lengths."""
+        if self.c.layout == "varlen":
+            lengths = _lengths(self.ex)
+            lq, lk = [n for n, _ in lengths], [n for _, n in lengths]
+            return [conv.pack(q, lq), conv.pack(k, lk), conv.pack(v, lk)]
+        return [conv.to_layout(t, self.c.layout) for t in (q, k, v)]
 
     def _like_output(self, t: Tensor, name: str) -> Tensor:
         """A cotangent (B, H, Tq, D) or (B, H, Tq) in the layout the kernel returns."""
@@ -368,6 +382,8 @@ class Kernel:
             lse.double(), c, lq, ex.Tq)
         for name, which in (("dq", "q"), ("dk", "k"), ("dv", "k")):
             out[name] = back(result.get(name), which)
+        if result.get("alongside") is not None:
+            out["alongside"] = back(result["alongside"], "q")
         if result.get("inputs") is not None:
             out["inputs"] = result["inputs"]
             out["sent"] = {n: step[n] for n in "qkv"}
@@ -1051,6 +1067,12 @@ def check_sensitivity(kern: Kernel) -> Outcome:
     return Outcome(PASS, notes=notes[:1])
 
 
+# The hint where the call made from a second thread came back unlike the same inputs alone.
+RACE = ("; the first call's inputs, called again from a second thread at the same time, gave "
+        "another o than alone: calls made at once share memory (a scratch buffer, a global) "
+        "and overwrite each other's")
+
+
 def check_fresh_results(kern: Kernel) -> Outcome:
     """Each call computes afresh: new values copied into the same tensors through `.data` (a
     cache keyed by address, or by `Tensor._version`, which such a write leaves as it was), then
@@ -1063,19 +1085,28 @@ def check_fresh_results(kern: Kernel) -> Outcome:
     third = inputs(ex, 202)
     last = lambda t: _positions(t, 2, lambda i: i == t.size(2) - 1) & _positions(  # noqa: E731
         t, 0, lambda b: b == t.size(0) - 1)
-    fourth = (_perturbed(third[0], last, ex, 303), third[1], _perturbed(third[2], last, ex, 304))
+    # k one batch row for all (sent with stride 0 along B where the layout has a batch axis)
+    k4 = third[1] if kern.c.layout == "varlen" else third[1][:1].expand_as(third[1]).clone()
+    fourth = (_perturbed(third[0], last, ex, 303), k4, _perturbed(third[2], last, ex, 304))
+    again = (first[0].clone(), first[1].clone(), first[2].clone())
     got = kern.run([kern.step(*first), kern.step(*second, in_place=True),
-                    kern.step(*third, strided=True), kern.step(*fourth)])
+                    kern.step(*third, strided=True),
+                    kern.step(*fourth, broadcast="" if kern.c.layout == "varlen" else "k",
+                              alongside=again)])
     for n, (xs, result, how) in enumerate(zip(
             (first, second, third, fourth), got,
             ("the first call", "new values copied into the same tensors",
              "new values in new tensors of the same shape, views into wider storage (not "
              "contiguous, the last dimension dense, as FlashAttention accepts)",
-             "the same again but the last row's q and v (a cache keyed by the first elements)"),
+             "the same again but the last row's q and v, k one batch row broadcast to all "
+             "(stride 0 along the batch, as expand gives), while a second thread calls it "
+             "on the first call's inputs"),
             strict=True)):
         failed = _oracle_outcome(kern, result, *xs, what=f"{how}: ")
         if failed is not None:
-            if n and tol.max_abs_diff(result["o"], got[n - 1]["o"])[0] == 0:
+            if n == 3 and tol.max_abs_diff(result["alongside"], got[0]["o"])[0] != 0:
+                failed.message += RACE
+            elif n and tol.max_abs_diff(result["o"], got[n - 1]["o"])[0] == 0:
                 key = ("address or version", "shape", "a checksum")[min(n, 3) - 1]
                 failed.message += (f"; it is exactly the previous call's o: the kernel "
                                    f"returned a cached answer (keyed by {key})")
@@ -1090,6 +1121,17 @@ def check_fresh_results(kern: Kernel) -> Outcome:
                                    "like 1e30) where attnspec poisoned the memory before the "
                                    "call: memory returned unwritten (torch.empty)?")
             return failed
+    c = kern.c
+    golden = _golden(ex, *again, c.causal)
+    failed = _judge("o", _judged(ex, c.causal, c.masked_rows, got[3]["alongside"].double()),
+                    _judged(ex, c.causal, c.masked_rows, golden[0]),
+                    Yardstick(ex, *again, c.causal, golden), ex,
+                    what="the first call's inputs again, called from a second thread at the "
+                    "same time as the fourth call: ")
+    if failed is not None:
+        if tol.max_abs_diff(got[3]["alongside"], got[0]["o"])[0] != 0:
+            failed.message += RACE
+        return failed
     return _fresh_at_one_key(kern, first)
 
 

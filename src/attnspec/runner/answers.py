@@ -191,6 +191,8 @@ class _Result:
             if g is not None and tuple(g.shape) != tuple(step[t].shape):
                 raise BadAnswer(f"{self.what} has {name!r} of shape {tuple(g.shape)}, not "
                                 f"{t}'s {tuple(step[t].shape)}.")
+        if step.get("alongside") is not None:
+            self.tensor("alongside")
         if not layout:
             return
         assert out is not None
@@ -206,6 +208,12 @@ class _Result:
         if lse is not None and step.get("lse") and tuple(lse.shape) != tuple(step["lse_shape"]):
             problems.append(f"an LSE of shape {tuple(lse.shape)}, not "
                             f"{tuple(step['lse_shape'])} (LSE_LAYOUT)")
+        if step.get("alongside") is not None:
+            other = self.tensor("alongside")
+            assert other is not None
+            if tuple(other.shape) != want or other.dtype != q.dtype:
+                problems.append(f"o {tuple(other.shape)} {other.dtype} from the call made at the "
+                                f"same time from a second thread, not {want} {q.dtype}")
         if problems:
             raise BadAnswer(f"attention returned {'; '.join(problems)} for q {tuple(q.shape)}, so "
                             "this property cannot be checked (see width and dtype).")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 import math
 import signal
+import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -246,6 +248,39 @@ def _poison(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device: str) 
     del blocks
 
 
+def _at_once(what: str, first: Callable[[], _T], second: Callable[[], _T]) -> tuple[_T, _T]:
+    """first() here and second() in another thread, released together and with the GIL handed
+    over often, so that a kernel sharing scratch memory between calls races with itself; a
+    hang in either is the runner's timeout, as any call's."""
+    gate = threading.Barrier(2)
+    done: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            gate.wait()
+            done["value"] = second()
+        except BaseException as error:  # noqa: BLE001 - the subject's, raised again below
+            done["error"] = error
+
+    interval = sys.getswitchinterval()
+    thread = threading.Thread(target=go, name="attnspec-alongside", daemon=True)
+    sys.setswitchinterval(1e-5)
+    try:
+        thread.start()
+        gate.wait()
+        value = _call(what, first)
+        thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+
+    def again() -> _T:
+        if "error" in done:
+            raise done["error"]
+        return done["value"]  # type: ignore[no-any-return]
+
+    return value, _call(f"{what} (the call made at the same time from a second thread)", again)
+
+
 def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     """One call of the kernel: attention(q, k, v, causal=..., **keywords); with `grad`, the
     backward of sum(o * do) (+ sum(lse * dlse)); the outputs as plain tensors."""
@@ -262,6 +297,10 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         given = list(state.kernel_inputs)
     if step.get("strided"):
         given = [_in_wider_storage(t) for t in given]
+    broadcast = [n for n in "kv" if n in step.get("broadcast", ())]
+    for n in broadcast:  # the runner made every batch row equal: one row, stride 0 along B
+        i = "qkv".index(n)
+        given[i] = given[i][:1].expand(given[i].shape)
     q, k, v = given
     if grad is not None:
         for t in given:
@@ -281,14 +320,22 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     _poison([tuple(q.shape)], q.dtype, device)  # last: the block torch.empty(o) finds first
     shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", given, strict=True))
     shown = ", ".join(f"{k}={_shown(v)}" for k, v in keywords.items())
-    what = f"attention({shapes}, {shown}) raised"
+    strides = "".join(f" ({n} with stride 0 along the batch, as expand gives)" for n in broadcast)
+    what = f"attention({shapes}, {shown}){strides} raised"
 
-    def run() -> Any:
+    def run(q: Tensor = q, k: Tensor = k, v: Tensor = v) -> Any:
         with torch.set_grad_enabled(grad is not None):
             return state.subject.build(q, k, v, **keywords)
 
     versions = [t._version for t in given]  # an in-place write moves it, even if undone
-    result = _call(what, run)
+    alongside = step.get("alongside")
+    if alongside is None:
+        result = _call(what, run)
+    else:  # a second call on other inputs of the same shapes, made at once from another thread
+        if grad is not None:
+            raise RuntimeError("a kernel step with a call alongside takes no gradient")
+        other = [alongside[n].to(device) for n in "qkv"]
+        result, other_result = _at_once(what, run, lambda: run(*other))
     written = ",".join(n for n, t, was in zip("qkv", given, versions, strict=True)
                        if t._version != was)
     want_lse = bool(step.get("lse"))
@@ -316,6 +363,18 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     if lse is not None and _same_memory(out, lse):
         raise _Fault("attention returned o and lse in the same memory: each output must be a "
                      "tensor of its own.")
+    if alongside is not None:
+        other_out = other_result[0] if want_lse and isinstance(
+            other_result, tuple | list) and len(other_result) == 2 else other_result
+        if type(other_out) is not Tensor:
+            raise _Fault(f"attention, called from a second thread at the same time, returned o "
+                         f"of type {type(other_out).__module__}.{type(other_out).__qualname__}, "
+                         "not a plain torch.Tensor.")
+        for name, t in (("o", out), ("lse", lse), *zip("qkv", other, strict=True)):
+            if t is not None and _same_memory(other_out, t):
+                raise _Fault("attention, called from two threads at the same time, returned "
+                             f"the second call's o in the memory of the first call's {name}: "
+                             "each call must return tensors of its own.")
     _not_kept(state, "attention", {"o": out, "lse": lse})
     sent: dict[str, Any] = {**_sent("attention's o", out, tensor_limit(q.numel())),
                             "lse": None if lse is None else _sendable(
@@ -335,6 +394,9 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
         for name, g, t in zip(("dq", "dk", "dv"), grads, given, strict=True):
             sent[name] = None if g is None else _sendable(f"d/d{name[1]}", g,
                                                           tensor_limit(t.numel()))
+    if alongside is not None:
+        sent["alongside"] = _sendable("the o of the call made at the same time from a second "
+                                      "thread", other_out, tensor_limit(q.numel()))
     if step.get("inputs_after"):
         sent["inputs"] = {n: _sendable(f"{n} after the call", t, tensor_limit(t.numel()))
                           for n, t in zip("qkv", given, strict=True)}
