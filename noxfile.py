@@ -14,12 +14,13 @@ CONSTRAINTS = ("-c", "constraints.txt")
 
 @nox.session
 def conformance(session: nox.Session) -> None:
-    """The conformance suite (the pytest plugin) on every built-in subject, or on
-    ATTNSPEC_SUBJECT / `-- --attnspec-subject TARGET` instead."""
+    """The conformance suite, conformance/ (the pytest plugin: the reference and every built-in
+    subject, one test per property), or ATTNSPEC_SUBJECT / `-- --attnspec-subject TARGET`
+    instead."""
     session.install(*CONSTRAINTS, "-e", ".[hf]", "pytest>=8")
     chosen = os.environ.get("ATTNSPEC_SUBJECT") or any(
         a.startswith("--attnspec-subject") for a in session.posargs)
-    session.run("pytest", *([] if chosen else ["--attnspec-builtins"]), *session.posargs)
+    session.run("pytest", *([] if chosen else ["conformance"]), *session.posargs)
 
 
 @nox.session

@@ -5,6 +5,9 @@ test runs that check no attention: it adds the `--attnspec-*` options, and loads
     pytest --attnspec-subject my_pkg.attention        # your implementation (repeatable)
     ATTNSPEC_SUBJECT=path/to/impl.py pytest            # the same, from the environment
     pytest --attnspec-builtins                         # the reference and every built-in subject
+
+or when a test file declares one: `ATTNSPEC_SUBJECT = "my_pkg.attention"` (or a list) at its
+top level makes that file's items the suite's tests on it (conformance/ holds attnspec's own).
 """
 
 from __future__ import annotations
@@ -74,3 +77,16 @@ def pytest_configure(config: pytest.Config) -> None:
         from attnspec.frontends import pytest_plugin
 
         config.pluginmanager.register(pytest_plugin, "attnspec-suite")
+
+
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str,
+                              obj: object) -> list[pytest.Item] | None:
+    """A test module's top-level `ATTNSPEC_SUBJECT`: one test per property on it, there."""
+    if name != "ATTNSPEC_SUBJECT" or not isinstance(collector, pytest.Module):
+        return None
+    from attnspec.frontends import pytest_plugin
+
+    manager = collector.config.pluginmanager
+    if not (manager.has_plugin("attnspec-suite") or manager.has_plugin("attnspec-declared")):
+        manager.register(pytest_plugin, "attnspec-declared")  # its pytest_configure runs now
+    return pytest_plugin.declared(collector, obj)

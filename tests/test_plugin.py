@@ -55,6 +55,25 @@ def test_a_correct_subject_passes_and_the_projects_own_tests_still_run(project: 
     assert want in done.stdout, done.stdout
 
 
+def test_a_test_file_declaring_its_subject_holds_its_property_tests(project: Path) -> None:
+    (project / "tests" / "test_attention.py").write_text(
+        'ATTNSPEC_SUBJECT = "leaky_attention.py"\n\n\ndef test_also_mine():\n    pass\n')
+    done = pytest_in(project, "tests", "--attnspec-max-examples", "10", "-k",
+                     "causality or width or mine")
+    assert done.returncode == 1, done.stdout[-3000:]
+    out = done.stdout
+    # node ids pytest can take back, beside the file's own and the project's other tests
+    assert "FAILED tests/test_attention.py::test_causality[leaky_attention.py]" in out, out
+    assert "2 failed, 3 passed, 20 deselected" in out, out[-2000:]
+    one = pytest_in(project, "tests/test_attention.py::test_width[leaky_attention.py]",
+                    "--attnspec-max-examples", "5", "-q")
+    assert one.returncode == 0 and "1 passed" in one.stdout, one.stdout[-2000:]
+    (project / "tests" / "test_attention.py").write_text("ATTNSPEC_SUBJECT = 3\n")
+    bad = pytest_in(project, "tests", "-q")
+    assert bad.returncode == 2, bad.stdout[-2000:]  # a collection error, saying what is wrong
+    assert "ATTNSPEC_SUBJECT is 3, not a TARGET" in bad.stdout, bad.stdout[-2000:]
+
+
 def test_without_a_subject_the_plugin_adds_nothing(project: Path) -> None:
     done = pytest_in(project, "-q", "tests")
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-2000:]

@@ -54,8 +54,20 @@ def subject_targets(config: pytest.Config) -> list[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not subject_targets(config):
+    targets = subject_targets(config)
+    if targets or not config.pluginmanager.has_plugin("attnspec-declared"):
+        _configure(config, targets)
+    if not targets:  # registered for a test file's ATTNSPEC_SUBJECT: `declared` configures
         return
+    # The suite is this file's items: collected beside the paths given, or alone.
+    if config.args_source == pytest.Config.ArgsSource.ARGS:
+        config.args.append(str(_HERE))
+    else:
+        config.args[:] = [str(_HERE)]
+
+
+def _configure(config: pytest.Config, targets: list[str]) -> None:
+    """The run's options (and the --attnspec-html path, checked against `targets`), once."""
     from .._errors import UsageError
     from ..runner.options import RunOptions
     from .verify_cli import _world_sizes
@@ -79,19 +91,41 @@ def pytest_configure(config: pytest.Config) -> None:
         if html is not None:  # before the run, as the command line does
             from .html_report import check_html_path
 
-            for target in subject_targets(config):
+            for target in targets:
                 check_html_path(html, target=target)
     except UsageError as error:
         from .verify_cli import in_flags
 
         raise pytest.UsageError(in_flags(error, _FLAGS)) from None
-    config.stash[_SESSIONS] = {}
-    _VERDICTS.clear()
-    # The suite is this file's items: collected beside the paths given, or alone.
-    if config.args_source == pytest.Config.ArgsSource.ARGS:
-        config.args.append(str(_HERE))
-    else:
-        config.args[:] = [str(_HERE)]
+    if _SESSIONS not in config.stash:  # once: a second declaring file keeps the first's
+        config.stash[_SESSIONS] = {}
+        _VERDICTS.clear()
+
+
+def declared(collector: pytest.Module, value: Any) -> list[pytest.Item]:
+    """The property tests of a test file's `ATTNSPEC_SUBJECT` (a TARGET, or a list of them),
+    as that file's items: `pytest path/test_x.py::test_oracle[name]` runs one."""
+    targets = [value] if isinstance(value, str) else value
+    if not (isinstance(targets, list | tuple) and targets
+            and all(isinstance(t, str) and t.strip() for t in targets)):
+        raise collector.CollectError(
+            f"attnspec: {collector.path.name}: ATTNSPEC_SUBJECT is {value!r:.80}, not a TARGET "
+            "(\"pkg.module\" or \"path/to/impl.py\", either with :NAME) or a list of them.")
+    try:
+        _configure(collector.config, list(targets))
+    except pytest.UsageError as error:
+        raise collector.CollectError(f"attnspec: {error}") from None
+    return [item for target in targets for item in _items(collector, target.strip())]
+
+
+def _items(parent: pytest.Collector, target: str) -> Iterator[pytest.Item]:
+    from ..properties import PROPERTY_IDS
+    from ..properties.kernel import KERNEL_PROPERTY_IDS
+
+    ids = KERNEL_PROPERTY_IDS if declares_kernel(target) else PROPERTY_IDS
+    for prop in ids:
+        yield _PropertyItem.from_parent(parent, name=f"test_{prop}[{_short(target)}]",
+                                        target=target, prop=prop)
 
 
 def _black_box(config: pytest.Config) -> bool:
@@ -251,14 +285,8 @@ class _Suite(pytest.File):
         return _internal_error(excinfo.value, "collecting the property tests")
 
     def collect(self) -> Iterator[pytest.Item]:
-        from ..properties import PROPERTY_IDS
-        from ..properties.kernel import KERNEL_PROPERTY_IDS
-
         for target in subject_targets(self.config):
-            ids = KERNEL_PROPERTY_IDS if declares_kernel(target) else PROPERTY_IDS
-            for prop in ids:
-                yield _PropertyItem.from_parent(self, name=f"test_{prop}[{_short(target)}]",
-                                                target=target, prop=prop)
+            yield from _items(self, target)
 
 
 class _PropertyFailed(Exception):
