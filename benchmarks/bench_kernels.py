@@ -242,9 +242,9 @@ def kernel_oracle(cfg: Config) -> dict[str, Any]:
     kernel call, the float64 reference, the yardstick, the judging) against its pieces."""
     import torch
 
+    from attnspec.common.options import RunOptions
     from attnspec.properties import kernel as kp
-    from attnspec.runner.engine import Session
-    from attnspec.runner.options import RunOptions
+    from attnspec.session.engine import Session
     from attnspec.subjects import kernel_sdpa
 
     dtypes = ("float32", "bfloat16") if cfg.device == "cpu" else ("float32", "bfloat16",

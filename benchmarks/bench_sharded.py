@@ -18,9 +18,9 @@ def sharded(cfg: Config) -> dict[str, Any]:
     """Per (property, world): the first example (ranks starting) and the median of the rest,
     on one fixed example (B=2, T=16, C=64, H=8, G=4, RoPE, float32)."""
     from attnspec import AttentionSpec, RoPE
+    from attnspec.common.options import RunOptions
     from attnspec.properties.base import Example
-    from attnspec.runner.engine import Session
-    from attnspec.runner.options import RunOptions
+    from attnspec.session.engine import Session
 
     if cfg.device != "cpu":
         return {"skipped": "sharded examples run on CPU ranks (gloo) only"}

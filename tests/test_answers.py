@@ -13,10 +13,10 @@ import torch
 
 import attnspec
 from attnspec._errors import TargetError
+from attnspec.common.protocol import BadAnswer, check_kind, check_results
 from attnspec.properties import run_check
 from attnspec.properties.base import Example
 from attnspec.reference.spec import AttentionSpec, RoPE
-from attnspec.runner.answers import BadAnswer, check_kind, check_results
 from attnspec.runner.execute import _Fault, answer_bool
 from attnspec.runner.worker import InProcess, SubjectCrash, SubjectInfo, Worker
 

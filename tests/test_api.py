@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import attnspec
-from attnspec.runner.report import progress_printer
+from attnspec.common.report import progress_printer
 
 ROOT = Path(__file__).parent.parent
 
@@ -140,7 +140,7 @@ def test_progress_is_a_live_line_on_a_terminal() -> None:
     stream = _Terminal()
     show = progress_printer(stream)
     show("causality", 3, 50, None)
-    from attnspec.runner.report import PropertyResult
+    from attnspec.common.report import PropertyResult
 
     show("causality", 50, 50, PropertyResult(id="causality", verdict="pass", examples=50,
                                              seconds=1.25))
@@ -150,7 +150,7 @@ def test_progress_is_a_live_line_on_a_terminal() -> None:
 
 
 def test_progress_is_plain_lines_when_not_a_terminal() -> None:
-    from attnspec.runner.report import PropertyResult
+    from attnspec.common.report import PropertyResult
 
     stream = io.StringIO()
     show = progress_printer(stream)
@@ -207,7 +207,7 @@ def test_api_errors_name_parameters_and_the_cli_names_its_flags() -> None:
 
 
 def test_a_message_that_every_property_repeats_is_printed_once() -> None:
-    from attnspec.runner.report import PropertyResult, Report
+    from attnspec.common.report import PropertyResult, Report
 
     said = "build(4, 2) raised for a valid configuration: ValueError: no kernel"
     report = Report(target="t", header={}, partial=False, properties=[

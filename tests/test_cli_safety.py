@@ -22,9 +22,9 @@ import pytest
 from _reports import first_verdict_written
 
 from attnspec._errors import UsageError
+from attnspec.common.report import PropertyResult, Report, check_report_path, printable
 from attnspec.frontends.cli import main
 from attnspec.frontends.verify_cli import REPLAY_MAX_CHARS, _SafeStream
-from attnspec.runner.report import PropertyResult, Report, check_report_path, printable
 
 HERE = Path(__file__).parent
 FAULTY = HERE / "faulty"
@@ -254,7 +254,7 @@ def test_report_to_dev_null_is_written_plainly(monkeypatch: pytest.MonkeyPatch) 
         raise AssertionError(f"a temporary file was made for /dev/null: {kwargs}")
 
     # A trial or temporary file next to /dev/null, or a rename onto it, must never happen.
-    monkeypatch.setattr("attnspec.runner.report.tempfile.mkstemp", no_temporary_files)
+    monkeypatch.setattr("attnspec.common.report.tempfile.mkstemp", no_temporary_files)
     check_report_path("/dev/null")
     small_report().write("/dev/null")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)

@@ -157,8 +157,8 @@ def test_what_the_twin_saw_in_one_property_does_not_fool_another() -> None:
 @pytest.mark.slow
 def test_the_quick_pass_starts_no_twin_and_the_full_pass_does() -> None:
     # A rejection in verify's quick pass costs no second worker (1.7 s of CPU on 2 cores).
-    from attnspec.runner.engine import Session
-    from attnspec.runner.options import RunOptions
+    from attnspec.common.options import RunOptions
+    from attnspec.session.engine import Session
 
     with Session("attnspec.subjects.reference", RunOptions(database=False, seed=1)) as session:
         assert session.run("causality", max_examples=3, stream="quick").verdict == "pass"

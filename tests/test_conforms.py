@@ -17,7 +17,7 @@ import pytest
 from torch import nn
 
 import attnspec
-from attnspec.runner.options import RunOptions
+from attnspec.common.options import RunOptions
 
 HERE = Path(__file__).parent
 UNNAMED = HERE / "hollow" / "unnamed_projections.py"

@@ -55,7 +55,7 @@ def test_the_command_line_starts_without_torch() -> None:
 
 def test_the_runner_does_not_import_beartype_until_a_checked_call() -> None:
     # The runner judges with the plain reference; beartype's import and decoration cost ~0.3 s.
-    probe = ("import sys, torch, attnspec.runner.engine; print('beartype' in sys.modules); "
+    probe = ("import sys, torch, attnspec.session.engine; print('beartype' in sys.modules); "
              "attnspec.CausalSelfAttention(4, 2)(torch.zeros(1, 3, 4)); "
              "print('beartype' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -67,7 +67,7 @@ def test_the_runner_does_not_import_beartype_until_a_checked_call() -> None:
 
 
 def test_the_dtype_names_agree() -> None:
-    from attnspec.runner import options as _options
+    from attnspec.common import options as _options
     from attnspec.runner import subject as _subject
 
     assert tuple(_subject.DTYPE_NAMES) == _options.DTYPE_NAMES

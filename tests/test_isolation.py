@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from attnspec._errors import UsageError
-from attnspec.runner.options import RunOptions
+from attnspec.common.options import RunOptions
 
 HERE = Path(__file__).parent
 FAULTY = HERE / "faulty"

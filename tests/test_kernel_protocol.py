@@ -245,7 +245,7 @@ def test_the_plugin_collects_a_kernels_own_properties() -> None:
 
 
 def test_a_cache_answer_with_a_resized_cache_or_no_lse_is_refused() -> None:
-    from attnspec.runner.answers import BadAnswer, check_results
+    from attnspec.common.protocol import BadAnswer, check_results
 
     q, cache = torch.zeros(1, 2, 1, 4), torch.zeros(1, 1, 8, 4)
     step = {"op": "kernel_cache", "q": q, "k_cache": cache, "v_cache": cache,
@@ -345,7 +345,7 @@ def test_kernel_inputs_are_disjoint_windows_of_one_pool_copied_out_of_it() -> No
 
 
 def test_a_kernel_answer_naming_what_it_wrote_is_checked() -> None:
-    from attnspec.runner.answers import BadAnswer, check_results
+    from attnspec.common.protocol import BadAnswer, check_results
 
     q = torch.zeros(1, 2, 3, 4)
     step = {"op": "kernel", "q": q, "k": q, "v": q, "out_shape": [1, 2, 3, 4], "lse": False,
@@ -360,7 +360,7 @@ def test_a_kernel_answer_naming_what_it_wrote_is_checked() -> None:
 
 
 def test_a_kernel_answer_for_the_call_made_alongside_is_checked() -> None:
-    from attnspec.runner.answers import BadAnswer, check_results
+    from attnspec.common.protocol import BadAnswer, check_results
 
     q = torch.zeros(1, 2, 3, 4)
     step = {"op": "kernel", "q": q, "k": q, "v": q, "out_shape": [1, 2, 3, 4], "lse": False,

@@ -1,4 +1,4 @@
-"""More than one runner (`--workers N`, runner/lanes.py): the same verdicts as one runner, the
+"""More than one runner (`--workers N`, session/lanes.py): the same verdicts as one runner, the
 same stop at the first failure, Ctrl-C and a lost runner handled, bad values refused."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 
 import attnspec
 from attnspec import UsageError
-from attnspec.runner.engine import _HALTED, Session
-from attnspec.runner.options import RunOptions
+from attnspec.common.options import RunOptions
+from attnspec.session.engine import _HALTED, Session
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -256,7 +256,7 @@ def test_a_progress_callback_that_raises_in_a_runners_thread_ends_the_run_with_i
     ({"id": "width", "examples": True}, "examples is bool"),
 ])
 def test_a_result_from_a_runner_is_checked_before_it_counts(data: Any, says: str) -> None:
-    from attnspec.runner.lanes import LaneLost, result_from
+    from attnspec.session.lanes import LaneLost, result_from
 
     with pytest.raises(LaneLost, match=says):
         result_from(data, "1")
@@ -265,7 +265,7 @@ def test_a_result_from_a_runner_is_checked_before_it_counts(data: Any, says: str
 
 _SILENT_LANE = """
 import os, signal, attnspec
-from attnspec.runner import engine, lanes
+from attnspec.session import engine, lanes
 engine.lane_silence = lambda timeout: 3.0
 forked = []
 start = lanes.Lane.__init__
@@ -296,8 +296,8 @@ def test_full_passes_start_longest_first_by_their_quick_pass() -> None:
     kernel's verify) started last left the other runner idle for 3 of its 7 s."""
     from types import SimpleNamespace
 
-    from attnspec.runner.lanes import Passes
-    from attnspec.runner.report import PropertyResult
+    from attnspec.common.report import PropertyResult
+    from attnspec.session.lanes import Passes
 
     props = ["width", "oracle", "fresh_results", "causality"]
     session = SimpleNamespace(twinned=set(), _twin=None)

@@ -1,5 +1,9 @@
-"""The package's layers: reference (the math) <- properties (the judging) <- runner (running a
-subject) <- frontends (CLI, API, plugin), with no import circle between modules."""
+"""The package's layers, in one direction: reference (the math) <- common (the ground floor:
+options, the report's schema, the worker protocol, the dtype table) <- properties (the judging)
+<- session (one verify: the run loop, lanes, draws) <- frontends (CLI, API, plugin), with
+runner/ the process layer (worker, wire, zygote, isolation, ranks) that only the session and the
+front ends use; no import circle between modules or packages, and no private name imported
+across packages."""
 
 from __future__ import annotations
 
@@ -9,11 +13,16 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnspec"
-# What each layer may import from attnspec (subjects/ are built-ins: anything below frontends).
-LAYERS = {"reference": {"reference", "_errors"},
-          "properties": {"reference", "properties", "runner", "_errors"},
-          "runner": {"reference", "properties", "runner", "_errors", "subjects"},
-          "frontends": {"reference", "properties", "runner", "frontends", "_errors", "subjects"}}
+BELOW = {"reference": {"_errors"},
+         "common": {"reference", "_errors"},
+         "properties": {"common", "reference", "_errors"},
+         "runner": {"common", "reference", "_errors", "subjects"},
+         "session": {"runner", "properties", "common", "reference", "_errors", "subjects"},
+         "frontends": {"session", "runner", "properties", "common", "reference", "_errors",
+                       "subjects"}}
+# What each layer may import from attnspec: itself and what lies below it (subjects/ are
+# built-ins, loaded by name in the worker: anything below the session).
+LAYERS = {layer: {layer, *below} for layer, below in BELOW.items()}
 
 
 def _module_name(path: Path) -> str:
@@ -91,3 +100,36 @@ def test_the_graph_is_read() -> None:
     # The test above cannot pass by reading nothing: the core is imported by every reference.
     assert "attnspec.reference.core" in GRAPH["attnspec.reference.module"]
     assert "attnspec.reference.core" in GRAPH["attnspec.reference.pieces"]
+
+
+def test_no_package_imports_another_back() -> None:
+    edges = {(module.split(".")[1], target.split(".")[1])
+             for module, imported in GRAPH.items() if module.count(".") >= 1
+             for target in imported if target.count(".") >= 1}
+    packages = {a for a, _ in edges if a in LAYERS}
+    back = sorted(f"{a} <-> {b}" for a, b in edges
+                  if a < b and (b, a) in edges and {a, b} <= packages)
+    assert not back, back
+
+
+def test_properties_never_reach_the_process_layer() -> None:
+    assert not [f"{m} imports {t}" for m, imported in GRAPH.items()
+                if m.startswith("attnspec.properties") for t in imported
+                if t.startswith(("attnspec.runner", "attnspec.session"))]
+
+
+def test_no_private_name_is_imported_across_packages() -> None:
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        here = _module_name(path).split(".")
+        package = here if path.name == "__init__.py" else here[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            base = package[:len(package) - node.level + 1]
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and target.split(".")[1:2] != package[1:2]:
+                    wrong.append(f"{'.'.join(here)} imports {target}.{alias.name}")
+    assert not wrong, "\n".join(sorted(wrong))

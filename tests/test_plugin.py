@@ -101,14 +101,14 @@ def test_a_test_run_without_a_subject_does_not_import_torch(project: Path) -> No
 
 def test_the_entry_points_choices_are_attnspecs_own() -> None:
     import attnspec_pytest
-    from attnspec.runner.options import DEVICES, PROFILES
+    from attnspec.common.options import DEVICES, PROFILES
 
     assert attnspec_pytest.PROFILES == tuple(PROFILES)
     assert attnspec_pytest.DEVICES == DEVICES
 
 
 def test_the_entry_points_size_defaults_are_attnspecs_own(pytestconfig: pytest.Config) -> None:
-    from attnspec.runner.options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH, RunOptions
+    from attnspec.common.options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH, RunOptions
 
     defaults = RunOptions()
     assert (defaults.max_heads, defaults.max_head_dim, defaults.max_width) == (

@@ -20,14 +20,14 @@ import torch
 
 import attnspec
 from attnspec._errors import TargetError, UsageError
+from attnspec.common.options import RunOptions
 from attnspec.properties.base import Example
 from attnspec.properties.sharded import _rank_fault
 from attnspec.reference.sharding import shard_positions_of
 from attnspec.reference.spec import AttentionSpec
-from attnspec.runner.engine import Session
 from attnspec.runner.gang import Gang, consequence
-from attnspec.runner.options import RunOptions
 from attnspec.runner.subject import load_subject
+from attnspec.session.engine import Session
 
 HERE = Path(__file__).parent
 GOOD = HERE / "good" / "sharded_gather.py"
@@ -273,7 +273,7 @@ def test_ranks_die_with_a_killed_runner(tmp_path: Path) -> None:
 
 
 def test_the_verdict_table_names_the_world_and_the_rank() -> None:
-    from attnspec.runner.report import _short
+    from attnspec.common.report import _short
 
     ce = Example(B=1, T=8, C=8, H=2, spec=AttentionSpec(8, 2), world=2).to_json()
     assert _short(ce, {"b": 0, "t": 3, "c": 1, "rank": 1}).endswith(

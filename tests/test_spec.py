@@ -773,7 +773,7 @@ def test_the_trace_shows_the_qk_norm_and_the_sinks() -> None:
 
 
 def test_a_counterexample_line_names_the_new_fields_briefly() -> None:
-    from attnspec.runner.report import _short
+    from attnspec.common.report import _short
 
     spec = AttentionSpec(16, 4, qk_norm=QKNorm(per_head=False), sinks=True,
                          positions=RoPE(interleaved=True, scaling=YaRN(4.0, 8)))

@@ -17,7 +17,7 @@ from hypothesis.errors import InvalidArgument
 
 import attnspec
 from attnspec import strategies as ast
-from attnspec.runner import kernel_strategies, strategies
+from attnspec.session import kernel_strategies, strategies
 
 ROOT = Path(__file__).resolve().parents[1]
 FEW = settings(max_examples=25, deadline=None, database=None,
@@ -214,7 +214,7 @@ def test_kernel_draws_keep_the_budgets_by_heads_and_rows_and_reach_every_bound()
     to 256 and heads up to 32 are all still drawn."""
     from attnspec.properties.kernel import KERNEL_BY_ID
     from attnspec.reference.conventions import KernelConventions
-    from attnspec.runner.kernel_strategies import FLOP_BUDGET, SCORE_BUDGET, kernel_examples
+    from attnspec.session.kernel_strategies import FLOP_BUDGET, SCORE_BUDGET, kernel_examples
 
     drawn = _many(kernel_examples(KERNEL_BY_ID["oracle"], KernelConventions(
         layout="bhsd", causal="bottom_right", window=None, features=("cross", "gqa")),
@@ -245,7 +245,7 @@ def test_long_kernel_draws_keep_their_lengths_and_head_dims_past_both_budgets(
     and the property's least H (gqa_grouping: 2, G < H) and B (batch_independence: 2) hold."""
     from attnspec.properties.kernel import KERNEL_BY_ID
     from attnspec.reference.conventions import KernelConventions
-    from attnspec.runner.kernel_strategies import FLOP_BUDGET, SCORE_BUDGET, kernel_examples
+    from attnspec.session.kernel_strategies import FLOP_BUDGET, SCORE_BUDGET, kernel_examples
 
     prop = KERNEL_BY_ID[prop_id]
     fewest_heads, fewest_rows = (2 if prop_id == "gqa_grouping" else 1), max(prop.min_batch, 1)

@@ -17,9 +17,9 @@ import pytest
 
 import attnspec
 from attnspec import RoPE, SpecAttention, TargetError
-from attnspec.runner.engine import Session
-from attnspec.runner.options import RunOptions
-from attnspec.runner.report import PropertyResult
+from attnspec.common.options import RunOptions
+from attnspec.common.report import PropertyResult
+from attnspec.session.engine import Session
 
 HERE = Path(__file__).parent
 
@@ -198,9 +198,9 @@ def _pytest_in(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 BREAKS_SDPA = '''
-import attnspec.runner.engine
+import attnspec.session.engine
 
-real = attnspec.runner.engine.Session.__init__
+real = attnspec.session.engine.Session.__init__
 
 
 def broken(self, target, *args, **kwargs):
@@ -209,7 +209,7 @@ def broken(self, target, *args, **kwargs):
     real(self, target, *args, **kwargs)
 
 
-attnspec.runner.engine.Session.__init__ = broken
+attnspec.session.engine.Session.__init__ = broken
 '''
 
 

@@ -20,6 +20,7 @@ for _error in (AttnspecError, ConfigError, DivisibilityError, ShapeError, Target
 del _error
 
 if TYPE_CHECKING:
+    from .common.report import Report as Report
     from .frontends.api import trace as trace
     from .frontends.plot import plot_heads as plot_heads
     from .reference.config import AttentionConfig as AttentionConfig
@@ -43,21 +44,20 @@ if TYPE_CHECKING:
     from .reference.trace import ShapeTrace as ShapeTrace
     from .reference.typecheck import typecheck_enabled as typecheck_enabled
     from .reference.variants import SpecAttention as SpecAttention
-    from .runner.engine import KERNEL_PROPERTIES as KERNEL_PROPERTIES
-    from .runner.engine import PROPERTIES as PROPERTIES
-    from .runner.engine import verify as verify
-    from .runner.report import Report as Report
+    from .session.engine import KERNEL_PROPERTIES as KERNEL_PROPERTIES
+    from .session.engine import PROPERTIES as PROPERTIES
+    from .session.engine import verify as verify
 
 # Loaded when first used: `attnspec verify` starts its worker before torch is imported, and the
 # engine (Hypothesis) and plots (matplotlib) cost nothing until asked for.
 _LAZY = {
     "trace": ".frontends.api", "AttentionConfig": ".reference.config",
     "divisors": ".reference.config",
-    "PROPERTIES": ".runner.engine", "KERNEL_PROPERTIES": ".runner.engine",
-    "kernel_attention": ".reference.core", "verify": ".runner.engine",
+    "PROPERTIES": ".session.engine", "KERNEL_PROPERTIES": ".session.engine",
+    "kernel_attention": ".reference.core", "verify": ".session.engine",
     "plot_heads": ".frontends.plot",
     "AttentionWeights": ".reference.module", "CausalSelfAttention": ".reference.module",
-    "HeadTensor": ".reference.module", "Residual": ".reference.module", "Report": ".runner.report",
+    "HeadTensor": ".reference.module", "Residual": ".reference.module", "Report": ".common.report",
     "ShapeTrace": ".reference.trace", "typecheck_enabled": ".reference.typecheck",
     "AttentionSpec": ".reference.spec",
     "RoPE": ".reference.spec", "ALiBi": ".reference.spec", "QKNorm": ".reference.spec",

@@ -26,8 +26,8 @@ Importing this module imports Hypothesis and torch; `import attnspec` alone does
 
 from __future__ import annotations
 
-from .runner.kernel_strategies import KernelCase, kernel_cases, kernel_lengths
-from .runner.strategies import (
+from .session.kernel_strategies import KernelCase, kernel_cases, kernel_lengths
+from .session.strategies import (
     PaddedBatch,
     StrategyError,
     batch_sizes,

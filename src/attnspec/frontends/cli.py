@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from .._errors import AttnspecError, UsageError
-from ..runner.report import printable
+from ..common.report import printable
 from .verify_cli import EXIT_OK, EXIT_USAGE, _SafeStream, add_verify_parser, flush_quietly
 
 if TYPE_CHECKING:
@@ -121,9 +121,9 @@ def _trace(args: argparse.Namespace) -> int:
 
 def _plot_replay(args: argparse.Namespace) -> int:
     """`attnspec plot TARGET --only P --replay JSON -o FILE.svg`: a failure's picture."""
+    from ..common.options import RunOptions
     from ..properties.pictures import PICTURED
-    from ..runner.engine import Session
-    from ..runner.options import RunOptions
+    from ..session.engine import Session
     from .html_report import _json_safe, render_svg
     from .verify_cli import _replay_object
 

@@ -202,9 +202,9 @@ def render_html(report: dict[str, Any]) -> str:
 def attach_pictures(report: Any, options: Any = None, session: Any = None) -> None:
     """Draw the picture of each pictured failure of `report` (a Report whose target is a TARGET
     string), and of its largest violation: one Session, every example replayed in its worker."""
+    from ..common.options import RunOptions
     from ..properties.pictures import PICTURED
-    from ..runner.engine import Session
-    from ..runner.options import RunOptions
+    from ..session.engine import Session
 
     wanted = [p for p in report.failures if p.verdict == "fail" and p.id in PICTURED
               and p.counterexample is not None]
@@ -226,9 +226,9 @@ def _draw(session: Any, wanted: list[Any]) -> None:
 
 def _json_safe(data: dict[str, Any]) -> dict[str, Any]:
     """As the JSON report will hold it (inf as null), so SVG from either reads the same."""
-    from ..runner.report import _finite
+    from ..common.report import json_finite
 
-    return _finite(data)  # type: ignore[no-any-return]
+    return json_finite(data)  # type: ignore[no-any-return]
 
 
 def write_html(report: Any, path: str) -> None:

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .._errors import AttnspecError
-from ..runner.options import RunOptions
+from ..common.options import RunOptions
 
 if TYPE_CHECKING:
-    from ..runner.engine import Session
+    from ..session.engine import Session
 
 __all__ = ["subject_targets"]
 
@@ -69,7 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _configure(config: pytest.Config, targets: list[str]) -> None:
     """The run's options (and the --attnspec-html path, checked against `targets`), once."""
     from .._errors import UsageError
-    from ..runner.options import RunOptions
+    from ..common.options import RunOptions
     from .verify_cli import _world_sizes
 
     try:
@@ -186,9 +186,9 @@ def _write_html(config: pytest.Config, path: str) -> None:
     """The HTML report of every TARGET checked: from this process's results and sessions, or,
     as xdist's controller, from the results the workers sent with their test reports (each
     failure's picture then replayed in a fresh session here)."""
+    from ..common.report import PropertyResult, Report
     from ..properties import PROPERTY_IDS
     from ..properties.kernel import KERNEL_PROPERTY_IDS
-    from ..runner.report import PropertyResult, Report
     from .html_report import attach_pictures, write_pages
 
     order = {p: i for i, p in enumerate(dict.fromkeys([*PROPERTY_IDS, *KERNEL_PROPERTY_IDS]))}
@@ -252,10 +252,10 @@ def declares_kernel(target: str) -> bool:
     import ast
     import importlib.util
 
-    from ..runner.subject import _is_path, split_target
+    from ..runner.subject import is_path, split_target
 
     spec, _ = split_target(target)
-    path: str | None = spec if _is_path(spec) else None
+    path: str | None = spec if is_path(spec) else None
     if path is None:
         try:
             found = importlib.util.find_spec(spec)
@@ -300,7 +300,7 @@ class _PropertyItem(pytest.Item):
 
     def _session(self) -> Session:
         from .._errors import TargetError, UsageError
-        from ..runner.engine import Session
+        from ..session.engine import Session
 
         sessions = self.config.stash[_SESSIONS]
         if self.target not in sessions:

@@ -15,7 +15,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from .._errors import TargetError, UsageError
-from ..runner.options import (
+from ..common.options import (
     DEVICES,
     HEAD_DIM_LIMIT,
     HEADS_LIMIT,
@@ -26,7 +26,7 @@ from ..runner.options import (
     PROFILES,
     WIDTH_LIMIT,
 )
-from ..runner.report import PropertyResult, Report, check_report_path, is_stream, printable
+from ..common.report import PropertyResult, Report, check_report_path, is_stream, printable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 # A replay example is one short object (a few hundred characters); far more is something else.
@@ -181,7 +181,7 @@ def _write_report(report: Report, path: str) -> None:
 
 def _blank_report(args: argparse.Namespace, **state: Any) -> Report:
     """The report of a run that stopped before its report existed (while the TARGET loaded)."""
-    from ..runner.engine import select_properties
+    from ..session.engine import select_properties
 
     return Report(target=args.target, header={},
                   properties=[PropertyResult(id=p) for p in select_properties(args.only,
@@ -332,7 +332,7 @@ def add_verify_parser(sub: Any) -> None:
 
 def _picture_options(args: argparse.Namespace) -> Any:
     """The run's bounds for the pictures' session, so its replays are checked as the run's."""
-    from ..runner.options import RunOptions
+    from ..common.options import RunOptions
 
     dtypes = tuple(d.strip() for value in args.dtype or () for d in value.split(",")
                    if d.strip())
@@ -478,9 +478,9 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
         os.environ.update(spawn.worker_env(dict(os.environ)))
     elif args.worker_user is None:  # another user's starts with the session
         spawn.prestart()
-    from ..runner.engine import FRONT_END_FLAGS, verify
-    from ..runner.report import progress_printer
+    from ..common.report import progress_printer
     from ..runner.worker import main as worker_main
+    from ..session.engine import FRONT_END_FLAGS, verify
 
     if forking and spawn.start_zygote(worker_main) and args.worker_user is None:
         spawn.prestart()

@@ -6,15 +6,8 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from ..runner.worker import Executor
-
-if TYPE_CHECKING:
-    from ..runner.gang import Gang
-
-
-
+from ..common.protocol import Executor, Ranks
 from .base import Context, Example, Outcome, SubjectFault, Unfound, Unsupported, _inputs
 from .basic import (
     check_determinism,
@@ -135,7 +128,7 @@ def _fitted_scale(ctx: Context, ex: Example) -> tuple[Example, str | None]:
 
 
 def run_check(executor: Executor, prop: str, ex: Example,
-              gangs: Callable[[int], Gang] | None = None,
+              gangs: Callable[[int], Ranks] | None = None,
               twin: Callable[[], Executor | None] | None = None) -> Outcome:
     """Run one property on one example; the subject's faults become `error` outcomes. `twin`
     gives the second process the self-comparisons use (None: in process, no second one)."""

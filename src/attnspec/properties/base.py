@@ -6,24 +6,17 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
+from ..common.dtypes import dtype_from_name
+from ..common.protocol import BadAnswer, Executor, Ranks, check_kind, check_results
 from ..reference.module import WEIGHT_KEYS, reference_attention
 from ..reference.spec import AttentionSpec
 from ..reference.variants import extra_weights, spec_attention
-from ..runner.answers import BadAnswer, check_kind, check_results
-from ..runner.subject import dtype_from_name
-from ..runner.worker import Executor
 from . import tolerance as tol
-
-if TYPE_CHECKING:
-    from ..runner.gang import Gang
-
-
-
 
 
 @dataclass(frozen=True)
@@ -132,7 +125,7 @@ class Requested(Protocol):
 class Context:
     """What a check uses to run the subject: one executor, with the forward calls counted."""
 
-    def __init__(self, executor: Executor, gangs: Callable[[int], Gang] | None = None,
+    def __init__(self, executor: Executor, gangs: Callable[[int], Ranks] | None = None,
                  twin: Callable[[], Executor | None] | None = None) -> None:
         self.executor = executor
         self.gangs = gangs  # world -> the ranks that run sharded examples

@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..common.dtypes import dtype_from_name
 from ..reference.spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
 from ..reference.variants import heads_of, repeat_kv, rotate, spec_attention, visible
-from ..runner.subject import dtype_from_name
 from . import tolerance as tol
 
 __all__ = ["GAIN", "Reference", "diagnose", "grouped_weights"]

@@ -147,7 +147,7 @@ def find_weights(run: Callable[[Example, list[dict[str, Any]]], list[Any]],
 
 
 def _dtype(ex: Example) -> torch.dtype:
-    from ..runner.subject import dtype_from_name
+    from ..common.dtypes import dtype_from_name
 
     return dtype_from_name(ex.dtype)
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ..reference.spec import AttentionSpec
-from ..reference.variants import _pipeline
+from ..reference.variants import spec_pipeline
 from . import tolerance as tol
 from .diagnose import grouped_weights
 
@@ -50,7 +50,7 @@ def _head_contributions(x: Tensor, weights: Mapping[str, Tensor], spec: Attentio
         grouped, mha = _grouped(w64, spec, [g] * H)
         kept: list[Tensor] = []
         with torch.no_grad():
-            _pipeline(x64, grouped, mha, 0, kept)
+            spec_pipeline(x64, grouped, mha, 0, kept)
             v = torch.nn.functional.linear(x64, w64["v_weight"][g * D:(g + 1) * D],
                                            w64["v_bias"][g * D:(g + 1) * D]
                                            if "v_bias" in w64 else None)

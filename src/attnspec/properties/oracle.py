@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..common.grad import vjp
 from ..reference.variants import spec_attention
-from ..runner.execute import vjp
 from . import tolerance as tol
 from .diagnose import diagnose
 from .found import confirmed_here

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..common.grad import vjp
+from ..common.protocol import BadAnswer, check_results
 from ..reference.spec import AttentionSpec
 from ..reference.variants import spec_attention
-from ..runner.answers import BadAnswer, check_results
-from ..runner.execute import vjp
 from . import tolerance as tol
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ from .yardsticks import _checked_weights, _trained
 def _rank_fault(answers: Sequence[Mapping[str, Any]]) -> str | None:
     """The message of the rank to blame when some rank answered with an error: the first whose
     error is its own, not gloo's word that a peer failed it."""
-    from ..runner.gang import consequence
+    from ..common.protocol import consequence
 
     faults = [(r, str(a.get("message", a))) for r, a in enumerate(answers)
               if a.get("kind") not in ("ok", "unsupported")]

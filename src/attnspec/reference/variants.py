@@ -56,10 +56,10 @@ def spec_attention(
     """Attention as `spec` says, from protocol-layout weights: q (H·D, C), k and v (G·D, C),
     o (C, H·D), optional biases. Positions start at `offset`. Gradients flow to whatever
     requires them."""
-    return _pipeline(x, weights, spec, offset, None)
+    return spec_pipeline(x, weights, spec, offset, None)
 
 
-def _pipeline(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, offset: int,
+def spec_pipeline(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, offset: int,
               keep: list[Tensor] | None, trace: ShapeTrace | None = None) -> Tensor:
     steps = _STEPS_RUN
 
@@ -148,7 +148,7 @@ class SpecAttention(nn.Module):
         """Run forward once and return its output with the shape of every stage, grouped
         keys and values (`"B G T D"`) and their sharing among query heads included."""
         trace = ShapeTrace(self.spec.n_embd, self.spec.n_head, spec=self.spec.describe())
-        out = _pipeline(x, self.export_weights(), self.spec, 0, None, trace)
+        out = spec_pipeline(x, self.export_weights(), self.spec, 0, None, trace)
         return out, trace
 
     def attention_weights(self, x: Tensor) -> Tensor:
@@ -156,7 +156,7 @@ class SpecAttention(nn.Module):
         tilted by ALiBi, shared by the query heads of one key/value head; with sinks, each row
         sums to 1 less its sink's share."""
         kept: list[Tensor] = []
-        _pipeline(x, self.export_weights(), self.spec, 0, kept)
+        spec_pipeline(x, self.export_weights(), self.spec, 0, kept)
         return kept[0]
 
     def decode(self, x: Tensor, cache: tuple[Tensor, Tensor] | None, offset: int,

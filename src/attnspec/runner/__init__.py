@@ -1,1 +1,2 @@
-"""Running a subject: the engine, the supervised worker, the wire, the report."""
+"""The process layer: the supervised worker and its zygote, the wire, isolation, the ranks."""
+

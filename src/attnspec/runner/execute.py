@@ -21,10 +21,12 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from ..common.dtypes import dtype_from_name
+from ..common.grad import vjp
+from ..common.protocol import call_name
 from ..reference.module import BIAS_KEYS, WEIGHT_KEYS
 from ..reference.spec import EXTRA_WEIGHT_KEYS
-from .answers import call_name
-from .subject import Subject, dtype_from_name, fault_frames, fault_text
+from .subject import Subject, fault_frames, fault_text
 
 __all__ = ["Executed", "answer_bool", "answer_limit", "execute", "reset_torch_state",
            "tensor_limit", "vjp"]
@@ -141,19 +143,6 @@ def reset_torch_state() -> None:
     torch.set_default_dtype(torch.float32)
     if hasattr(torch, "set_default_device"):
         torch.set_default_device(None)
-
-
-def vjp(outs: Sequence[Tensor], inputs: Sequence[Tensor], cotangents: Sequence[Tensor],
-        ) -> tuple[Tensor | None, ...]:
-    """torch.autograd.grad(outs, inputs, cotangents, allow_unused=True), the same values.
-
-    Given as the gradient of sum(out * cotangent): its backward hands each out exactly its
-    cotangent (1 x c), and a scalar needs no grad_outputs, whose check imports sympy (0.6 s).
-    """
-    total = sum((out * c).sum() for out, c in zip(outs, cotangents, strict=True))
-    if not isinstance(total, Tensor):  # nothing to differentiate
-        return tuple(None for _ in inputs)
-    return torch.autograd.grad(total, list(inputs), allow_unused=True)
 
 
 def _call(what: str, fn: Callable[..., _T], *args: Any) -> _T:

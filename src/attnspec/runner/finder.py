@@ -5,7 +5,7 @@ does: q_proj, k_proj, v_proj, o_proj (Llama), c_attn and c_proj (GPT-2, fused, i
 layout or Conv1D's transposed one), qkv or Wqkv or query_key_value (fused, [q|k|v] or GPT-NeoX's
 per-head interleave), nn.MultiheadAttention's in_proj_weight and out_proj, ... Each guess here
 is only a candidate: the runner keeps one only where the reference with its weights reproduces
-the subject on a one-token and a longer probe (runner/engine.py, `Session._find_weights`), so a
+the subject on a one-token and a longer probe (session/engine.py, `Session._find_weights`), so a
 wrong guess costs a probe, never a verdict. Nothing here is judged; the guesses run in the
 subject's process, with the trust an export_weights has.
 """

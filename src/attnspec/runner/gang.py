@@ -28,9 +28,10 @@ from datetime import timedelta
 from typing import Any
 
 from .._errors import TargetError
+from ..common.options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
+from ..common.protocol import consequence
+from ..common.users import WorkerUser
 from .execute import answer_limit
-from .isolation import WorkerUser
-from .options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
 from .spawn import Process, spawn
 from .wire import Channel, WireError, decode, pack
 from .worker import _FRAME_GRACE, Budget, SubjectCrash, _check_seq, _ready_limit, _signal_name
@@ -41,19 +42,9 @@ __all__ = ["Gang", "RankCrash", "consequence"]
 # gang is killed; their answers only help name the first cause.
 _GRACE = 2.0
 
-# What a rank says when a peer, not its own code, failed it (gloo's words, and NCCL's).
-_CONSEQUENCES = ("stopped after another rank failed", "Connection closed by peer",
-                 "Connection reset by peer", "Timed out waiting", "Socket Timeout",
-                 "NCCL communicator was aborted", "Broken pipe", "connection closed",
-                 "Connection refused")
 
 
 _CLEAN = ("ok", "ready", "unsupported")  # answers after which the group is still usable
-
-
-def consequence(message: str) -> bool:
-    """Whether a rank's error reads as a peer's failure, not its own."""
-    return any(c.lower() in message.lower() for c in _CONSEQUENCES)
 
 
 # ---- the rank's side ----------------------------------------------------------------------

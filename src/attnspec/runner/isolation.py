@@ -20,15 +20,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import pwd
 import signal
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-__all__ = ["WorkerUser", "become_subreaper", "children", "harden_runner", "is_dumpable",
-           "is_subreaper", "make_undumpable", "resolve_worker_user", "restore_runner",
+__all__ = ["become_subreaper", "children", "harden_runner", "is_dumpable",
+           "is_subreaper", "make_undumpable", "restore_runner",
            "stop_subreaper", "sweep"]
 
 _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
@@ -173,29 +171,3 @@ def sweep(keep: Iterable[int] = (), *, own_session: bool = False, seconds: float
         time.sleep(0.01)
 
 
-@dataclass(frozen=True)
-class WorkerUser:
-    """The account a root runner starts its workers under (`worker_user`)."""
-
-    name: str
-    uid: int
-    gid: int
-    home: str
-
-
-def resolve_worker_user(name: str) -> WorkerUser:
-    """The account `name` (or a numeric uid); ValueError saying why it cannot be used."""
-    if not sys.platform.startswith("linux") and not sys.platform.startswith("darwin"):
-        raise ValueError("running the worker as another user needs a POSIX system.")
-    try:
-        entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
-    except (KeyError, ValueError):
-        raise ValueError(f"there is no user {name!r} on this machine.") from None
-    if os.geteuid() != 0:
-        raise ValueError(f"only root can start processes as another user, and this runner is "
-                         f"uid {os.geteuid()}; run as root, or leave the option out.")
-    if entry.pw_uid == 0:
-        raise ValueError(f"{name!r} is root (uid 0): the worker would be no more separate than "
-                         "without the option; name an unprivileged user such as nobody.")
-    return WorkerUser(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid,
-                      home=entry.pw_dir)

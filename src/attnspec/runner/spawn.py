@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .isolation import WorkerUser
+    from ..common.users import WorkerUser
 
 __all__ = ["Forked", "Process", "fork_unsafe_reason", "forget_zygote", "prestart", "spawn",
            "start_zygote", "stop_zygote", "take", "worker_env", "zygote_pid"]

@@ -22,32 +22,11 @@ from typing import Any
 import torch
 
 from .._errors import ConfigError, TargetError
-from .options import HEAD_DIM_LIMIT, HEADS_LIMIT, MAX_WORLD
+from ..common.dtypes import DTYPE_NAMES, dtype_name
+from ..common.options import HEAD_DIM_LIMIT, HEADS_LIMIT, MAX_WORLD
 
-__all__ = ["Subject", "check_variants", "clip", "default_dtypes", "fault_frames", "fault_text",
+__all__ = ["Subject", "check_variants", "clip", "fault_frames", "fault_text",
            "load_subject", "split_target"]
-
-DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64,
-               "bfloat16": torch.bfloat16, "float16": torch.float16}
-"""The dtypes attnspec draws and checks, by name: the one list every front end offers."""
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def dtype_from_name(name: str) -> torch.dtype:
-    try:
-        return DTYPE_NAMES[name]
-    except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; choose from {', '.join(DTYPE_NAMES)}") from None
-
-
-def default_dtypes(device: str) -> tuple[str, ...]:
-    """docs/design.md's default: float32, float64, bfloat16, and float16 on CUDA."""
-    base = ("float32", "float64", "bfloat16")
-    return (*base, "float16") if device == "cuda" else base
-
 
 @dataclass
 class Subject:
@@ -126,7 +105,7 @@ def fault_frames(error: BaseException) -> str:
     return clip("".join(lines), 1200)
 
 
-def _is_path(spec: str) -> bool:
+def is_path(spec: str) -> bool:
     """A file path, not a dotted module; a folder named like a package imports as the package."""
     if spec.endswith(".py") or os.sep in spec or (os.altsep and os.altsep in spec):
         return True
@@ -149,7 +128,7 @@ def _error_location(error: BaseException, files: tuple[str, ...]) -> str:
 
 
 def _import(target: str, spec: str) -> tuple[ModuleType, str]:
-    if _is_path(spec):
+    if is_path(spec):
         path = os.path.abspath(spec)
         if os.path.isdir(path):
             raise TargetError(f"TARGET {target!r}: {spec!r} is a directory; give a .py file, or "

@@ -25,12 +25,12 @@ from typing import Any
 
 import torch
 
+from ..common.dtypes import WIRE_DTYPES
+
 __all__ = ["Channel", "FrameError", "Message", "WireError", "decode", "encode", "pack",
            "read_frame", "write_frame"]
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-           "float16": torch.float16, "bool": torch.bool, "int64": torch.int64,
-           "int32": torch.int32, "uint8": torch.uint8}
+_DTYPES = WIRE_DTYPES
 _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 _HEAD = struct.Struct("<Q")  # length of the JSON header; also a frame's length
 _ALIGN = 8  # each tensor's bytes start at a multiple of this in the message (its itemsize)

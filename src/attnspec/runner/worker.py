@@ -23,17 +23,18 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from .._errors import ConfigError, TargetError
+from ..common.options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
+from ..common.users import WorkerUser
 from .execute import Executed, answer_bool, answer_limit, execute
-from .isolation import WorkerUser, become_subreaper, sweep
-from .options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
+from .isolation import become_subreaper, sweep
 from .spawn import Process, Spawned, spawn, take
 from .subject import Subject, fault_text
 from .wire import Channel, FrameError, WireError, decode, encode, pack, read_frame, write_frame
 
-__all__ = ["Executor", "InProcess", "SubjectCrash", "SubjectInfo", "Worker", "grid"]
+__all__ = ["InProcess", "SubjectCrash", "SubjectInfo", "Worker", "grid"]
 
 # How often the worker checks that its parent is still there.
 _PARENT_POLL = 0.5
@@ -119,10 +120,11 @@ class SubjectInfo:
     def from_json(cls, data: Any) -> SubjectInfo:
         """The info a worker sent, checked field by field: a field of the wrong type or out of
         its range is a TargetError (the subject may write to the worker's pipe while loading)."""
+        from ..common.dtypes import DTYPE_NAMES
         from ..reference.inference import CORNERS, MASKED_ROWS, PADDING_VALUES
         from ..reference.sharding import LAYOUTS
         from ..reference.spec import VARIABLE_FIELDS
-        from .subject import DTYPE_NAMES, HOOKS, REVISIONS
+        from .subject import HOOKS, REVISIONS
 
         if not isinstance(data, dict):
             raise TargetError(f"'info' is {_clipped(data)}, not an object")
@@ -209,19 +211,6 @@ def _unsendable(value: Any) -> Any:
                 return bad
         return None
     return value
-
-
-class Executor(Protocol):
-    info: SubjectInfo
-
-    def run(self, request: dict[str, Any]) -> dict[str, Any]: ...
-
-    def submit(self, request: dict[str, Any]) -> None:
-        """Start `request`; `collect` gives its answer (the runner works in between)."""
-
-    def collect(self) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
 
 
 # ---- the worker's side ------------------------------------------------------------------------
@@ -679,7 +668,8 @@ class InProcess:
 def _subject_from_object(obj: Any) -> Subject:
     import torch
 
-    from .subject import _hooks, _load_kernel, dtype_name, protocol_of, sharding_of
+    from ..common.dtypes import dtype_name
+    from .subject import _hooks, _load_kernel, protocol_of, sharding_of
 
     if getattr(obj, "PROTOCOL", None) == "kernel":
         name = str(getattr(obj, "__name__", type(obj).__name__))

@@ -27,6 +27,22 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .._errors import ConfigError, TargetError, UsageError
+from ..common.dtypes import default_dtypes
+from ..common.options import (
+    KERNEL_MAX_SEQ,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_SEQ_LIMIT,
+    MAX_WIDTH,
+    MODULE_MAX_SEQ,
+    NARROW_HEAD_DIM,
+    NARROW_HEADS,
+    PROFILES,
+    RunOptions,
+)
+from ..common.protocol import Executor
+from ..common.report import Progress, PropertyResult, Report, check_report_path, progress_printer
+from ..common.users import resolve_worker_user
 from ..properties import BY_ID, PROPERTY_IDS, TWINNED, run_check
 from ..properties.base import Context, Example, Outcome
 from ..properties.found import Found
@@ -41,35 +57,21 @@ from ..properties.kernel import (
 from ..properties.kernel import skip_reason as kernel_skip_reason
 from ..reference.conventions import KernelConventions
 from ..reference.spec import ALiBi, AttentionSpec, RoPE, positions_from_json
-from .isolation import (
+from ..runner.isolation import (
     become_subreaper,
     children,
     is_dumpable,
     is_subreaper,
-    resolve_worker_user,
     stop_subreaper,
     sweep,
 )
+from ..runner.spawn import Spawned, spawn
+from ..runner.subject import check_variants, clip
+from ..runner.worker import InProcess, SubjectCrash, Worker
 from .lanes import Lane, Passes, fork_unsafe_reason
-from .options import (
-    KERNEL_MAX_SEQ,
-    MAX_HEAD_DIM,
-    MAX_HEADS,
-    MAX_SEQ_LIMIT,
-    MAX_WIDTH,
-    MODULE_MAX_SEQ,
-    NARROW_HEAD_DIM,
-    NARROW_HEADS,
-    PROFILES,
-    RunOptions,
-)
-from .report import Progress, PropertyResult, Report, check_report_path, progress_printer
-from .spawn import Spawned, spawn
-from .subject import check_variants, clip, default_dtypes
-from .worker import Executor, InProcess, SubjectCrash, Worker
 
 if TYPE_CHECKING:
-    from .gang import Gang
+    from ..runner.gang import Gang
 
 __all__ = ["PROFILES", "PROPERTIES", "RunOptions", "Session", "verify"]
 
@@ -469,7 +471,7 @@ class Session:
             except TargetError:
                 self.close()
                 raise
-            from .subject import as_of
+            from ..runner.subject import as_of
 
             # "any" as the subject's revision meant it: a subject keeps its verdict.
             self.info = self.executor.info = dataclasses.replace(
@@ -633,7 +635,7 @@ class Session:
         """The ranks for a sharded example over `world` processes, started once per run."""
         gang = self._gangs.get(world)
         if gang is None:
-            from .gang import Gang
+            from ..runner.gang import Gang
 
             assert self._rank_target is not None
             gang = self._gangs[world] = Gang(self._rank_target, world, timeout=self.timeout,

@@ -9,7 +9,7 @@ comparison; anything else is a `BadAnswer`, which the runner makes the subject's
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -17,9 +17,52 @@ from torch import Tensor
 from ..reference.module import BIAS_KEYS, WEIGHT_KEYS
 from ..reference.spec import EXTRA_WEIGHT_KEYS
 
-__all__ = ["BadAnswer", "call_name", "check_kind", "check_results"]
+__all__ = ["BadAnswer", "Executor", "Ranks", "call_name", "check_kind", "check_results",
+           "consequence"]
 
 _KINDS = ("ok", "error", "unsupported")
+
+
+class Executor(Protocol):
+    """What runs a subject's requests (a worker process, or the subject in process): one
+    request is a build and its steps; its answer is checked here before it counts."""
+
+    info: Any  # runner.worker.SubjectInfo: what the subject declared at load
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+    def submit(self, request: dict[str, Any]) -> None:
+        """Start `request`; `collect` gives its answer (the runner works in between)."""
+
+    def collect(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class Ranks(Protocol):
+    """The processes of one sharded world (runner.gang.Gang): one request per rank."""
+
+    probe_futile: bool
+
+    def submit(self, requests: Sequence[dict[str, Any]]) -> None: ...
+
+    def collect(self) -> list[dict[str, Any]]: ...
+
+    def run(self, requests: Sequence[dict[str, Any]]) -> list[dict[str, Any]]: ...
+
+    def restart_later(self) -> None: ...
+
+
+# What a rank says when a peer, not its own code, failed it (gloo's words, and NCCL's).
+_CONSEQUENCES = ("stopped after another rank failed", "Connection closed by peer",
+                 "Connection reset by peer", "Timed out waiting", "Socket Timeout",
+                 "NCCL communicator was aborted", "Broken pipe", "connection closed",
+                 "Connection refused")
+
+
+def consequence(message: str) -> bool:
+    """Whether a rank's error reads as a peer's failure, not its own."""
+    return any(c.lower() in message.lower() for c in _CONSEQUENCES)
 
 
 class BadAnswer(Exception):

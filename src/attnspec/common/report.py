@@ -165,7 +165,7 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         extra = {"error": self.error} if self.error is not None else {}
-        data: dict[str, Any] = _finite({
+        data: dict[str, Any] = json_finite({
             "schema": SCHEMA, "target": self.target, "status": self.status,
             "conclusion": self.conclusion, "partial": self.partial,
             "finished": not self.running,
@@ -423,14 +423,14 @@ def _check_name(path: str) -> None:
                                 f"{os.path.join(path, 'attnspec-report.json')!r}.")
 
 
-def _finite(value: Any) -> Any:
+def json_finite(value: Any) -> Any:
     """JSON has no inf or NaN: such numbers become null (the message still says the value)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: json_finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [json_finite(v) for v in value]
     return value
 
 

@@ -18,6 +18,13 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from .._errors import ConfigError
+from ..common.options import (
+    HEAD_DIM_LIMIT,
+    HEADS_LIMIT,
+    KERNEL_MAX_SEQ,
+    NARROW_HEAD_DIM,
+    NARROW_HEADS,
+)
 from ..properties.kernel import (
     KERNEL_BY_ID,
     KernelExample,
@@ -29,7 +36,6 @@ from ..properties.kernel import (
 )
 from ..reference.config import divisors
 from ..reference.conventions import KernelConventions, from_layout, to_layout
-from .options import HEAD_DIM_LIMIT, HEADS_LIMIT, KERNEL_MAX_SEQ, NARROW_HEAD_DIM, NARROW_HEADS
 from .strategies import SEEDS, _device, _dtype, _range, _refuse, _size
 
 __all__ = ["KERNEL_HEAD_DIMS", "KernelCase", "kernel_cases", "kernel_examples",

@@ -19,6 +19,15 @@ from hypothesis.errors import InvalidArgument
 from torch import Tensor
 
 from .._errors import ConfigError, TargetError, UsageError
+from ..common.dtypes import DTYPE_NAMES, dtype_name
+from ..common.options import (
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_WIDTH,
+    MODULE_MAX_SEQ,
+    NARROW_HEAD_DIM,
+    NARROW_HEADS,
+)
 from ..properties import Property
 from ..properties.base import Example, seeded_normal
 from ..properties.inference import padded_batch
@@ -38,15 +47,7 @@ from ..reference.spec import (
     qk_norm_from_json,
     qk_norm_to_json,
 )
-from .options import (
-    MAX_HEAD_DIM,
-    MAX_HEADS,
-    MAX_WIDTH,
-    MODULE_MAX_SEQ,
-    NARROW_HEAD_DIM,
-    NARROW_HEADS,
-)
-from .subject import DTYPE_NAMES, check_variants, dtype_name
+from ..runner.subject import check_variants
 
 __all__ = ["PaddedBatch", "StrategyError", "batch_sizes", "configs", "cut_points", "examples",
            "head_dims", "inputs", "invalid_configs", "padded_batches", "seq_lengths", "specs"]

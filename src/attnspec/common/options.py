@@ -144,7 +144,7 @@ class RunOptions:
                                      reason=f"choose from {', '.join(DTYPE_NAMES)}.")
             object.__setattr__(self, "dtypes", dtypes or None)
         if self.worker_user is not None:
-            from .isolation import resolve_worker_user
+            from .users import resolve_worker_user
 
             try:
                 resolve_worker_user(str(self.worker_user))

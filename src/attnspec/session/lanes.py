@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from .isolation import become_subreaper, is_dumpable, make_undumpable
-from .report import Progress, PropertyResult
-from .spawn import fork_unsafe_reason
+from ..common.report import Progress, PropertyResult
+from ..runner.isolation import become_subreaper, is_dumpable, make_undumpable
+from ..runner.spawn import fork_unsafe_reason
 
 if TYPE_CHECKING:
     from .engine import Session
@@ -224,7 +224,7 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
     """The lane's process: load the subject in a Session of its own, then run passes."""
     import torch
 
-    from . import spawn
+    from ..runner import spawn
 
     session: Session | None = None
 
