@@ -597,7 +597,7 @@ def test_an_answer_left_uncollected_is_never_taken_for_the_next_one() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_vjp_gives_autograd_grads_values_exactly(dtype: torch.dtype) -> None:
     from attnspec import CausalSelfAttention
-    from attnspec.runner.execute import vjp
+    from attnspec.common.grad import vjp
 
     gen = torch.Generator().manual_seed(3)
     attn = CausalSelfAttention(12, 3).to(dtype)

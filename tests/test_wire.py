@@ -17,8 +17,8 @@ import torch
 
 import attnspec
 from attnspec._errors import TargetError
+from attnspec.common.protocol import answer_limit
 from attnspec.runner import worker as _worker
-from attnspec.runner.execute import answer_limit
 from attnspec.runner.wire import Channel, FrameError, WireError, decode, encode, pack, write_frame
 from attnspec.runner.worker import Budget, InProcess, SubjectCrash, Worker, receive
 
@@ -219,3 +219,21 @@ def test_an_export_of_a_spec_wider_than_its_residual_is_sent_whole() -> None:
     (result,) = Context(InProcess("attnspec.subjects.variants")).request(ex, [{"op": "export"}])
     assert result["weights"]["q_weight"].shape == (512, 16)
     assert result["weights"]["q_weight"].device.type == "cpu"
+
+
+def test_the_protocol_is_declared_once_and_both_sides_read_it() -> None:
+    """Every operation has one record (common/protocol.py), a handler in the worker and an
+    answer check in the runner; a step outside its record is refused before it runs."""
+    from attnspec.common import protocol
+    from attnspec.runner import execute
+
+    assert set(execute.HANDLERS) == set(protocol.OPERATIONS)
+    for op in protocol.OPERATIONS.values():
+        assert callable(getattr(protocol._Result, op.answer)), op
+    x = torch.zeros(1, 2, 4)
+    assert protocol.check_step({"op": "forward", "x": x, "keep_input": True}).name == "forward"
+    for bad, said in (({"op": "forwards", "x": x}, "unknown step 'forwards'"),
+                      ({"op": "forward"}, "a forward step without x"),
+                      ({"op": "forward", "x": x, "cotangent": x}, "with cotangent")):
+        with pytest.raises(ValueError, match=said):
+            protocol.check_step(bad)

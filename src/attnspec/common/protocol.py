@@ -8,7 +8,8 @@ comparison; anything else is a `BadAnswer`, which the runner makes the subject's
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -17,8 +18,9 @@ from torch import Tensor
 from ..reference.module import BIAS_KEYS, WEIGHT_KEYS
 from ..reference.spec import EXTRA_WEIGHT_KEYS
 
-__all__ = ["BadAnswer", "Executor", "Ranks", "call_name", "check_kind", "check_results",
-           "consequence"]
+__all__ = ["OPERATIONS", "BadAnswer", "Executor", "Operation", "Ranks", "answer_limit",
+           "bound_width", "call_name", "check_kind", "check_results", "check_step", "consequence",
+           "params_limit", "tensor_limit"]
 
 _KINDS = ("ok", "error", "unsupported")
 
@@ -123,14 +125,8 @@ def call_name(step: Mapping[str, Any]) -> str:
                           ("offset", "shifted(module, x, offset)")):
             if step.get(key) is not None:
                 return hook
-        return "forward"
-    if op == "sharded_grad":
-        return "the sharded module"
-    if op == "kernel":
-        return "attention"
-    if op == "kernel_cache":
-        return "attention_with_cache"
-    return str(op)
+    record = OPERATIONS.get(str(op))
+    return record.call if record is not None and record.call else str(op)
 
 
 class _Result:
@@ -141,68 +137,77 @@ class _Result:
         self.what = f"{who}'s answer to {step['op']}"
 
     def check(self, device: str | None, layout: bool) -> None:
+        getattr(self, OPERATIONS[self.step["op"]].answer)(device, layout)
+
+    def output(self, device: str | None, layout: bool) -> None:
+        """A module's output (its input's shape, dtype and device), and for gradients d/dx
+        (x's shape) and the parameters'; a sharded one says which were DTensors."""
         op = self.step["op"]
-        if op in ("forward", "grad", "decode", "sharded_grad"):
-            out = self.tensor("out")
-            where = self.plain("device", str)
-            if layout or op != "forward":
-                self.same_layout(out, where, device)
-            if op == "forward" and self.step.get("keep_input"):
-                self.tensor("input")
-            if op in ("grad", "sharded_grad"):
-                grad = self.tensor("grad_x", optional=True)
-                x = self.step["x"]
-                if grad is not None and tuple(grad.shape) != tuple(x.shape):
-                    raise BadAnswer(f"{self.what} has 'grad_x' of shape {tuple(grad.shape)}, not "
-                                    f"its input's {tuple(x.shape)}.")
-                self.tensors("params", optional=True)
-            if op == "sharded_grad":
-                layouts = self.plain("param_layout", dict)
-                if not all(isinstance(k, str) and v in ("dtensor", "local")
-                           for k, v in layouts.items()):
-                    raise BadAnswer(f"{self.what} has 'param_layout' {_shown(layouts)}, not "
-                                    "parameter names -> 'dtensor' or 'local'.")
-        elif op == "export":
-            weights = self.tensors("weights")
-            unknown = sorted(set(weights) - {*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS})
-            missing = [k for k in WEIGHT_KEYS if k not in weights]
-            if unknown or missing:
-                raise BadAnswer(f"{self.what} has weights {sorted(weights)}, not "
-                                f"{', '.join(WEIGHT_KEYS)} and optional biases and spec "
-                                "extras.")
-            unknown = self.plain("unknown", list, optional=True)
-            if unknown is not None and not all(isinstance(k, str) for k in unknown):
-                raise BadAnswer(f"{self.what} has 'unknown' {_shown(unknown)}, not a list of "
-                                "key names.")
-            connected = self.plain("connected", list)
-            if not all(isinstance(k, str) and k in weights for k in connected):
-                raise BadAnswer(f"{self.what} has 'connected' {_shown(connected)}, not a list "
-                                "of the exported keys.")
-        elif op == "pullback":
+        out = self.tensor("out")
+        where = self.plain("device", str)
+        if layout or op != "forward":
+            self.same_layout(out, where, device)
+        if op == "forward" and self.step.get("keep_input"):
+            self.tensor("input")
+        if op in ("grad", "sharded_grad"):
+            grad = self.tensor("grad_x", optional=True)
+            x = self.step["x"]
+            if grad is not None and tuple(grad.shape) != tuple(x.shape):
+                raise BadAnswer(f"{self.what} has 'grad_x' of shape {tuple(grad.shape)}, not "
+                                f"its input's {tuple(x.shape)}.")
             self.tensors("params", optional=True)
-        elif op == "module_type":
-            self.plain("type", str)
-            self.plain("mha", bool)
-        elif op == "find_weights":
-            found = self.plain("candidates", list)
-            keys = {*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS}
-            if len(found) > 8 or not all(
-                    isinstance(c, dict) and isinstance(c.get("id"), str)
-                    and isinstance(c.get("describe"), str) and isinstance(c.get("weights"), dict)
-                    and set(c["weights"]) <= keys and all(
-                        isinstance(t, Tensor) and t.is_floating_point()
-                        for t in c["weights"].values()) for c in found):
-                raise BadAnswer(f"{self.what} has 'candidates' {_shown(found)}, not up to 8 "
-                                "guesses of an id, a description and weights by the protocol's "
-                                "keys.")
-        elif op == "kernel":
-            self.kernel(device, layout)
-        elif op == "kernel_cache":
-            self.kernel_cache(device)
-        elif op in ("refuses", "shard_refuses"):
-            self.plain("raised", bool)
-            self.plain("type" if op == "refuses" else "message", str,
-                       optional=op == "shard_refuses")
+        if op == "sharded_grad":
+            layouts = self.plain("param_layout", dict)
+            if not all(isinstance(k, str) and v in ("dtensor", "local")
+                       for k, v in layouts.items()):
+                raise BadAnswer(f"{self.what} has 'param_layout' {_shown(layouts)}, not "
+                                "parameter names -> 'dtensor' or 'local'.")
+
+    def export(self, device: str | None, layout: bool) -> None:
+        """The protocol's weight keys (each a floating tensor), the keys left out, and which
+        of them carry gradients."""
+        weights = self.tensors("weights")
+        unknown = sorted(set(weights) - {*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS})
+        missing = [k for k in WEIGHT_KEYS if k not in weights]
+        if unknown or missing:
+            raise BadAnswer(f"{self.what} has weights {sorted(weights)}, not "
+                            f"{', '.join(WEIGHT_KEYS)} and optional biases and spec "
+                            "extras.")
+        named = self.plain("unknown", list, optional=True)
+        if named is not None and not all(isinstance(k, str) for k in named):
+            raise BadAnswer(f"{self.what} has 'unknown' {_shown(named)}, not a list of "
+                            "key names.")
+        connected = self.plain("connected", list)
+        if not all(isinstance(k, str) and k in weights for k in connected):
+            raise BadAnswer(f"{self.what} has 'connected' {_shown(connected)}, not a list "
+                            "of the exported keys.")
+
+    def pullback(self, device: str | None, layout: bool) -> None:
+        self.tensors("params", optional=True)
+
+    def module_type(self, device: str | None, layout: bool) -> None:
+        self.plain("type", str)
+        self.plain("mha", bool)
+
+    def find_weights(self, device: str | None, layout: bool) -> None:
+        found = self.plain("candidates", list)
+        keys = {*WEIGHT_KEYS, *BIAS_KEYS, *EXTRA_WEIGHT_KEYS}
+        if len(found) > 8 or not all(
+                isinstance(c, dict) and isinstance(c.get("id"), str)
+                and isinstance(c.get("describe"), str) and isinstance(c.get("weights"), dict)
+                and set(c["weights"]) <= keys and all(
+                    isinstance(t, Tensor) and t.is_floating_point()
+                    for t in c["weights"].values()) for c in found):
+            raise BadAnswer(f"{self.what} has 'candidates' {_shown(found)}, not up to 8 "
+                            "guesses of an id, a description and weights by the protocol's "
+                            "keys.")
+
+    def refusal(self, device: str | None, layout: bool) -> None:
+        """Whether build (or the sharding hook) raised, and its exception's type or message."""
+        op = self.step["op"]
+        self.plain("raised", bool)
+        self.plain("type" if op == "refuses" else "message", str,
+                   optional=op == "shard_refuses")
 
     def _out_and_lse(self) -> tuple[Tensor | None, str, Tensor | None]:
         """A kernel answer's o, its device, and its LSE (a floating tensor) where sent."""
@@ -261,7 +266,7 @@ class _Result:
             raise BadAnswer(f"attention returned {'; '.join(problems)} for q {tuple(q.shape)}, so "
                             "this property cannot be checked (see width and dtype).")
 
-    def kernel_cache(self, device: str | None) -> None:
+    def kernel_cache(self, device: str | None, layout: bool = True) -> None:
         """A cache call's o (the declared shape, q's dtype, the device), its LSE where
         declared, and k_cache and v_cache after the call, of the shapes and dtype sent."""
         out, where, lse = self._out_and_lse()
@@ -343,3 +348,133 @@ class _Result:
         raise BadAnswer(f"{call} returned {tuple(out.shape)} {out.dtype} on {where} for input "
                         f"{tuple(x.shape)} {x.dtype} on {device or where}, so this property "
                         f"cannot be checked ({see}).")
+
+
+# ---- the operations: one record each, read by both sides ----------------------------------
+
+# How large an answer may be, from its request's shapes. The worker withholds an output over its
+# bound (it sends the shape and dtype alone), and the runner refuses a frame over the answer's.
+_SLACK = 4  # an output may have 4 x its input's elements (a wrong shape, still sent whole)
+_SMALL = 4096  # elements any output may have, however small its input
+_PARAMS = 64  # parameter gradients: 64 x C² + 2^20 elements in all (the reference has 4 x C²)
+_HEADER = 1 << 22  # bytes for the JSON header: messages, parameter names, shapes
+_ITEM = 8  # bytes per element of the widest dtype sent, float64
+
+
+def tensor_limit(numel: int) -> int:
+    """The elements an output standing for `numel` elements (its input's) may have and still
+    be sent whole."""
+    return _SLACK * numel + _SMALL
+
+
+def params_limit(n_embd: int) -> int:
+    """The elements a module's parameter gradients may have, for a module of width `n_embd`."""
+    return _PARAMS * n_embd * n_embd + (1 << 20)
+
+
+def _numel(step: Mapping[str, Any], *names: str) -> int:
+    return sum(step[n].numel() for n in names if isinstance(step.get(n), Tensor))
+
+
+_EXPORTED = len(WEIGHT_KEYS + BIAS_KEYS + EXTRA_WEIGHT_KEYS)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation the runner asks a worker or a rank for: the fields its step may carry
+    (`required` and `optional`, besides "op"), whether it runs on the module built last, the
+    `_Result` method that checks its answer, the most elements that answer holds (given the
+    step and the module's width), and the subject's call it stands for in messages."""
+
+    name: str
+    required: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    on_module: bool = True
+    answer: str = "nothing"
+    size: Callable[[Mapping[str, Any], int], int] = lambda step, width: 0
+    call: str = ""
+
+    @property
+    def fields(self) -> frozenset[str]:
+        return frozenset(("op", *self.required, *self.optional))
+
+
+_HOOKS = ("mask", "x_kv", "offset")  # a forward through padded, cross or shifted
+_KERNEL = ("q", "k", "v", "keywords", "lse", "out_shape", "lse_shape")
+
+OPERATIONS: dict[str, Operation] = {op.name: op for op in (
+    Operation("refuses", ("n_embd", "n_head"), on_module=False, answer="refusal"),
+    Operation("forward", ("x",), ("keep_input", *_HOOKS), answer="output",
+              size=lambda s, w: tensor_limit(_numel(s, "x")) + (
+                  _numel(s, "x") if s.get("keep_input") else 0), call="forward"),
+    Operation("grad", ("x", "cotangent"), ("params", *_HOOKS), answer="output",
+              size=lambda s, w: 2 * tensor_limit(_numel(s, "x")) + params_limit(w),
+              call="forward"),
+    Operation("decode", ("x", "chunks"), ("mask",), answer="output",
+              size=lambda s, w: tensor_limit(_numel(s, "x")), call="decode"),
+    Operation("sharded_grad", ("x", "cotangent"), answer="output",
+              size=lambda s, w: 2 * tensor_limit(_numel(s, "x")) + params_limit(w),
+              call="the sharded module"),
+    Operation("shard_refuses", ("hook",), answer="refusal"),
+    Operation("export", (), ("found",), answer="export",
+              size=lambda s, w: _EXPORTED * tensor_limit(w * w)),
+    Operation("find_weights", answer="find_weights",  # at most 8 guesses, each an export
+              size=lambda s, w: 8 * _EXPORTED * tensor_limit(w * w)),
+    Operation("pullback", ("grads",), ("found",), answer="pullback",
+              size=lambda s, w: params_limit(w)),
+    Operation("module_type", answer="module_type"),
+    # o and the LSE, dq, dk, dv, q, k and v as the call left them, the call made alongside's o
+    Operation("kernel", _KERNEL, ("alibi_slopes", "sinks", "grad", "inputs_after",
+                                  "in_place", "strided", "broadcast", "alongside"),
+              on_module=False, answer="kernel",
+              size=lambda s, w: 3 * tensor_limit(_numel(s, "q", "k", "v")), call="attention"),
+    # o and the LSE, and both caches after the call
+    Operation("kernel_cache", ("q", "k_cache", "v_cache", "cache_seqlens", "keywords", "lse",
+                               "out_shape", "lse_shape"), ("k", "v", "block_table"),
+              on_module=False, answer="kernel_cache",
+              size=lambda s, w: 3 * tensor_limit(_numel(s, "q", "k_cache", "v_cache")),
+              call="attention_with_cache"),
+)}
+"""Every operation of the worker protocol, by name: what a step may say, what comes back."""
+
+
+def check_step(step: Mapping[str, Any]) -> Operation:
+    """The operation `step` asks for, its fields checked against the record (the runner's
+    own request: a mismatch is attnspec's bug, said as such)."""
+    op = OPERATIONS.get(str(step.get("op")))
+    if op is None:
+        raise ValueError(f"unknown step {step.get('op')!r}; the protocol has "
+                         f"{', '.join(OPERATIONS)}")
+    missing = [f for f in op.required if f not in step]
+    unknown = sorted(set(step) - op.fields)
+    if missing or unknown:
+        raise ValueError(f"a {op.name} step {'without ' + ', '.join(missing) if missing else ''}"
+                         f"{' and ' if missing and unknown else ''}"
+                         f"{'with ' + ', '.join(unknown) if unknown else ''}: not the protocol's "
+                         f"{op.name} ({', '.join(sorted(op.fields))})")
+    return op
+
+
+def answer_limit(request: Mapping[str, Any], n_embd: int) -> int:
+    """The most bytes the answer to `request` can take, its module of width `n_embd`
+    (`bound_width`) unless the request builds one: what the runner reads, and the worker
+    sends, at most."""
+    build = request.get("build")
+    if isinstance(build, Mapping) and build.get("n_embd") is not None:
+        n_embd = bound_width(build)
+    elements = 0
+    for step in request.get("steps", ()):
+        op = OPERATIONS.get(str(step.get("op")))
+        if op is not None:
+            elements += op.size(step, n_embd)
+    return _HEADER + _ITEM * elements
+
+
+def bound_width(build: Mapping[str, Any]) -> int:
+    """The width that bounds a built module's exports and parameter gradients: C, or the q and
+    o width H·D where a spec's head_dim makes it wider (its weights are (H·D, C))."""
+    width = int(build["n_embd"])
+    spec = build.get("spec")
+    if isinstance(spec, Mapping) and spec.get("head_dim") is not None:
+        width = max(width, int(spec.get("n_head", 1)) * int(spec["head_dim"]))
+    return width

@@ -23,27 +23,25 @@ from torch import Tensor
 
 from ..common.dtypes import dtype_from_name
 from ..common.grad import vjp
-from ..common.protocol import call_name
+from ..common.protocol import (
+    bound_width,
+    call_name,
+    check_step,
+    params_limit,
+    tensor_limit,
+)
 from ..reference.module import BIAS_KEYS, WEIGHT_KEYS
 from ..reference.spec import EXTRA_WEIGHT_KEYS
 from .subject import Subject, fault_frames, fault_text
 
-__all__ = ["Executed", "answer_bool", "answer_limit", "execute", "reset_torch_state",
-           "tensor_limit", "vjp"]
+__all__ = ["HANDLERS", "Executed", "answer_bool", "execute", "reset_torch_state"]
 
 _T = TypeVar("_T")
 
-# How large an answer may be, from its request's shapes. The worker withholds an output over its
-# bound (it sends the shape and dtype alone), and the runner refuses a frame over the answer's.
-_SLACK = 4  # an output may have 4 x its input's elements (a wrong shape, still sent whole)
-_SMALL = 4096  # elements any output may have, however small its input
 # Outputs smaller than this get 8 poisoned blocks, not 1: the allocator hands a small block back
 # from one of several free lists (aligned allocations), and one NaN block was found by
 # torch.empty in only about half the calls (64 KiB bounds the extra filling to 0.5 MiB a call).
 _FEW_POISONED = 1 << 16
-_PARAMS = 64  # parameter gradients: 64 x C² + 2^20 elements in all (the reference has 4 x C²)
-_HEADER = 1 << 22  # bytes for the JSON header: messages, parameter names, shapes
-_ITEM = 8  # bytes per element of the widest dtype sent, float64
 _UNKNOWN_KEYS = 16  # export keys outside the protocol's named back, each cut to 100 characters
 
 
@@ -80,60 +78,6 @@ class Executed:
     kernel_inputs: tuple[Tensor, ...] | None = None  # a kernel's q, k, v of its last call
     # Its outputs of the last call, held: memory a later call returns again is the kernel's own.
     kernel_outputs: tuple[Tensor, ...] = ()
-
-
-def tensor_limit(numel: int) -> int:
-    """The elements an output standing for `numel` elements (its input's) may have and still
-    be sent whole."""
-    return _SLACK * numel + _SMALL
-
-
-def _params_limit(n_embd: int) -> int:
-    return _PARAMS * n_embd * n_embd + (1 << 20)
-
-
-def bound_width(build: Mapping[str, Any]) -> int:
-    """The width that bounds a built module's exports and parameter gradients: C, or the q and
-    o width H·D where a spec's head_dim makes it wider (its weights are (H·D, C))."""
-    width = int(build["n_embd"])
-    spec = build.get("spec")
-    if isinstance(spec, Mapping) and spec.get("head_dim") is not None:
-        width = max(width, int(spec.get("n_head", 1)) * int(spec["head_dim"]))
-    return width
-
-
-def answer_limit(request: Mapping[str, Any], n_embd: int) -> int:
-    """The most bytes the answer to `request` can take, its module of width `n_embd`
-    (`bound_width`) unless the request builds one: what the runner reads, and the worker
-    sends, at most."""
-    build = request.get("build")
-    if isinstance(build, Mapping) and build.get("n_embd") is not None:
-        n_embd = bound_width(build)
-    elements = 0
-    for step in request.get("steps", ()):
-        x = step.get("x")
-        n = x.numel() if isinstance(x, Tensor) else 0
-        op = step.get("op")
-        if op in ("forward", "decode"):
-            elements += tensor_limit(n) + (n if step.get("keep_input") else 0)
-        elif op in ("grad", "sharded_grad"):
-            elements += 2 * tensor_limit(n) + _params_limit(n_embd)
-        elif op == "export":
-            elements += len(WEIGHT_KEYS + BIAS_KEYS + EXTRA_WEIGHT_KEYS) * tensor_limit(
-                n_embd * n_embd)
-        elif op == "find_weights":  # at most 8 candidates, each an export
-            elements += 8 * len(WEIGHT_KEYS + BIAS_KEYS + EXTRA_WEIGHT_KEYS) * tensor_limit(
-                n_embd * n_embd)
-        elif op == "pullback":
-            elements += _params_limit(n_embd)
-        elif op == "kernel":  # o and the LSE, dq, dk, dv, and q, k, v as they were left
-            n = sum(step[t].numel() for t in "qkv" if isinstance(step.get(t), Tensor))
-            elements += 3 * tensor_limit(n)
-        elif op == "kernel_cache":  # o and the LSE, and both caches after the call
-            n = sum(step[t].numel() for t in ("q", "k_cache", "v_cache")
-                    if isinstance(step.get(t), Tensor))
-            elements += 3 * tensor_limit(n)
-    return _HEADER + _ITEM * elements
 
 
 def reset_torch_state() -> None:
@@ -608,7 +552,7 @@ def _param_grads(state: Executed, params: Sequence[tuple[str, Tensor]],
                  grads: Sequence[Tensor | None]) -> dict[str, Tensor | None]:
     """The parameters' gradients to send, by name; a fault past what a module of width C may
     hold (`answer_limit` counts the same)."""
-    total, limit = sum(p.numel() for _, p in params), _params_limit(state.n_embd)
+    total, limit = sum(p.numel() for _, p in params), params_limit(state.n_embd)
     if total > limit:
         raise _Fault(f"the module's {len(params)} parameters hold {total} elements, more than "
                      f"the {limit} (64 x W² + 2^20, W={state.n_embd}: C or H·D) whose gradients "
@@ -760,138 +704,181 @@ def _exported(weights: dict[Any, Any]) -> dict[str, Tensor]:
     return out
 
 
-def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
-    op = step["op"]
-    if op == "refuses":  # divisibility: build alone, on a configuration it must refuse
-        C, H = int(step["n_embd"]), int(step["n_head"])
-        reset_torch_state()
-        with torch.random.fork_rng(devices=[]):
-            try:
-                built = state.subject.build(C, H)
-            except BaseException as error:
-                if not _subject_error(error):
-                    raise
-                return {"raised": True, "type": type(error).__name__}
-        return {"raised": False, "type": type(built).__name__}
-    if op == "kernel":
-        return _kernel(state, step)
-    if op == "kernel_cache":
-        return _kernel_cache(state, step)
-    module = state.module
-    if module is None:
-        raise RuntimeError(f"step {op!r} before any build")
-    if op == "decode":
-        tokens: Tensor = step["x"].to(state.device)
-        mask = step.get("mask")
-        out = _decode(state, module, tokens, [int(n) for n in step["chunks"]],
-                      None if mask is None else mask.to(device=tokens.device, dtype=torch.bool))
-        return _sent("decode's output", out, tensor_limit(tokens.numel()))
-    if op == "forward":
-        x: Tensor = step["x"].to(state.device)
-        out = _forward(module, x, grad=False, state=state, step=step)
-        result = _sent("forward's output", out, tensor_limit(x.numel()))
-        if step.get("keep_input"):
-            result["input"] = x
-        return result
-    if op == "grad":
-        x = step["x"].to(state.device).requires_grad_(True)
-        params = _parameters(module) if step.get("params") else []
-        out = _forward(module, x, grad=True, state=state, step=step)
-        sent = _sent("forward's output", out, tensor_limit(x.numel()))
-        if not _call("reading the output's requires_grad raised", lambda: bool(out.requires_grad)):
-            return {**sent, "grad_x": None, "params": {}}
-        if sent["out"].shape != step["cotangent"].shape:  # else backward's own, obscure error
-            raise _Fault(f"{call_name(step)} returned {tuple(sent['out'].shape)} for input "
-                         f"{tuple(x.shape)}: its backward needs an output of the input's shape.")
+def _refuses(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    """Divisibility: build alone, on a configuration it must refuse."""
+    C, H = int(step["n_embd"]), int(step["n_head"])
+    reset_torch_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            built = state.subject.build(C, H)
+        except BaseException as error:
+            if not _subject_error(error):
+                raise
+            return {"raised": True, "type": type(error).__name__}
+    return {"raised": False, "type": type(built).__name__}
+
+
+def _decode_step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    module = _module(state, step)
+    tokens: Tensor = step["x"].to(state.device)
+    mask = step.get("mask")
+    out = _decode(state, module, tokens, [int(n) for n in step["chunks"]],
+                  None if mask is None else mask.to(device=tokens.device, dtype=torch.bool))
+    return _sent("decode's output", out, tensor_limit(tokens.numel()))
+
+
+def _forward_step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    module = _module(state, step)
+    x: Tensor = step["x"].to(state.device)
+    out = _forward(module, x, grad=False, state=state, step=step)
+    result = _sent("forward's output", out, tensor_limit(x.numel()))
+    if step.get("keep_input"):
+        result["input"] = x
+    return result
+
+
+def _grad(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    module = _module(state, step)
+    x = step["x"].to(state.device).requires_grad_(True)
+    params = _parameters(module) if step.get("params") else []
+    out = _forward(module, x, grad=True, state=state, step=step)
+    sent = _sent("forward's output", out, tensor_limit(x.numel()))
+    if not _call("reading the output's requires_grad raised", lambda: bool(out.requires_grad)):
+        return {**sent, "grad_x": None, "params": {}}
+    if sent["out"].shape != step["cotangent"].shape:  # else backward's own, obscure error
+        raise _Fault(f"{call_name(step)} returned {tuple(sent['out'].shape)} for input "
+                     f"{tuple(x.shape)}: its backward needs an output of the input's shape.")
+    cotangent = _call("moving the cotangent to the output's device raised",
+                      lambda: step["cotangent"].to(device=out.device, dtype=out.dtype))
+    grads = _call("backward raised", lambda: vjp([out], [x, *(p for _, p in params)],
+                                                 [cotangent]))
+    return {**sent,
+            "grad_x": None if grads[0] is None else _sendable("d(output)/d(input)", grads[0],
+                                                              tensor_limit(x.numel())),
+            "params": _param_grads(state, params, grads[1:])}
+
+
+def _shard_refuses(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    """The sharding hook, on a spec the world does not divide."""
+    module = _module(state, step)
+    name = str(step["hook"])
+    try:
+        _hook(state, name)(module, state.mesh)
+    except BaseException as error:
+        if not _subject_error(error):
+            raise
+        return {"raised": True, "message": fault_text(error)}
+    return {"raised": False}
+
+
+def _sharded_grad(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    """One rank's share of a sharded forward and backward."""
+    module = _module(state, step)
+    x = step["x"].to(state.device).requires_grad_(True)
+    params = _parameters(module)
+    out = _forward(module, x, grad=True)
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(out, DTensor):  # gathered before the backward, which then scatters
+        out = _tensor_out(_call("gathering the output (full_tensor()) raised",
+                                lambda: out.full_tensor()), x)
+    if _call("reading the output's requires_grad raised", lambda: bool(out.requires_grad)):
         cotangent = _call("moving the cotangent to the output's device raised",
                           lambda: step["cotangent"].to(device=out.device, dtype=out.dtype))
         grads = _call("backward raised", lambda: vjp([out], [x, *(p for _, p in params)],
                                                      [cotangent]))
-        return {**sent,
-                "grad_x": None if grads[0] is None else _sendable("d(output)/d(input)", grads[0],
-                                                                  tensor_limit(x.numel())),
-                "params": _param_grads(state, params, grads[1:])}
-    if op == "shard_refuses":  # the sharding hook, on a spec the world does not divide
-        name = str(step["hook"])
-        try:
-            _hook(state, name)(module, state.mesh)
-        except BaseException as error:
-            if not _subject_error(error):
-                raise
-            return {"raised": True, "message": fault_text(error)}
-        return {"raised": False}
-    if op == "sharded_grad":  # one rank's share of a sharded forward and backward
-        x = step["x"].to(state.device).requires_grad_(True)
-        params = _parameters(module)
-        out = _forward(module, x, grad=True)
+    else:
+        grads = (None,) * (1 + len(params))
+    full = _tensor_out(_call("gathering the output raised", lambda: _plain(out.detach())), x)
+    shared: dict[str, Any] = _sent("forward's output", full, tensor_limit(x.numel()))
+    gx = grads[0]
+    shared["grad_x"] = None if gx is None else _sendable(
+        "d(output)/d(input)", _call("gathering d(output)/d(input) raised", _plain, gx),
+        tensor_limit(x.numel()))
+    layouts, gathered = {}, {}
+    _param_grads(state, params, [None] * len(params))  # the bound, before any gathering
+    for (name, _), g in zip(params, grads[1:], strict=True):
         from torch.distributed.tensor import DTensor
 
-        if isinstance(out, DTensor):  # gathered before the backward, which then scatters
-            out = _tensor_out(_call("gathering the output (full_tensor()) raised",
-                                    lambda: out.full_tensor()), x)
-        if _call("reading the output's requires_grad raised", lambda: bool(out.requires_grad)):
-            cotangent = _call("moving the cotangent to the output's device raised",
-                              lambda: step["cotangent"].to(device=out.device, dtype=out.dtype))
-            grads = _call("backward raised", lambda: vjp([out], [x, *(p for _, p in params)],
-                                                         [cotangent]))
-        else:
-            grads = (None,) * (1 + len(params))
-        full = _tensor_out(_call("gathering the output raised", lambda: _plain(out.detach())), x)
-        shared: dict[str, Any] = _sent("forward's output", full, tensor_limit(x.numel()))
-        gx = grads[0]
-        shared["grad_x"] = None if gx is None else _sendable(
-            "d(output)/d(input)", _call("gathering d(output)/d(input) raised", _plain, gx),
-            tensor_limit(x.numel()))
-        layouts, gathered = {}, {}
-        _param_grads(state, params, [None] * len(params))  # the bound, before any gathering
-        for (name, _), g in zip(params, grads[1:], strict=True):
-            from torch.distributed.tensor import DTensor
+        layouts[name] = "dtensor" if isinstance(g, DTensor) else "local"
+        gathered[name] = None if g is None else _sendable(
+            f"d(output)/d({name})", _call(f"gathering d(output)/d({name}) raised",
+                                          lambda g=g: _plain(g)))
+    return {**shared, "params": gathered, "param_layout": layouts}
 
-            layouts[name] = "dtensor" if isinstance(g, DTensor) else "local"
-            gathered[name] = None if g is None else _sendable(
-                f"d(output)/d({name})", _call(f"gathering d(output)/d({name}) raised",
-                                              lambda g=g: _plain(g)))
-        return {**shared, "params": gathered, "param_layout": layouts}
-    if op == "module_type":  # what build returned, for the runner's protocol hints
-        return {"type": type(module).__name__[:200],
-                "mha": isinstance(module, torch.nn.MultiheadAttention)}
-    if op == "find_weights":  # guesses by name, for the runner to confirm or drop
-        from .finder import candidates
 
-        found = _call("looking for the module's projections by name raised", candidates,
-                      module, state.spec)
-        return {"candidates": [
-            {"id": c.id[:200], "describe": c.describe[:400],
-             "weights": {k: _sendable(f"{c.id}'s {k}", v.detach(),
-                                      tensor_limit(state.n_embd * state.n_embd))
-                         for k, v in _call(f"reading {c.describe} raised", c.weights).items()}}
-            for c in found]}
-    if op == "export":
-        unknown: list[str] = []
-        weights = _export(state.subject, module, unknown, step.get("found"), state.spec)
-        return {"weights": {k: _sendable(f"export_weights' {k}", v,
-                                         tensor_limit(state.n_embd * state.n_embd))
-                            for k, v in weights.items()},
-                "unknown": unknown[:_UNKNOWN_KEYS],
-                "connected": _call("reading export_weights' requires_grad raised", lambda: [
-                    k for k, v in weights.items() if v.requires_grad])}
-    if op == "pullback":  # the reference's weight gradients, mapped onto the parameters
-        given: dict[str, Tensor] = step["grads"]
-        params = _parameters(module)
+def _module_type(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    """What build returned, for the runner's protocol hints."""
+    module = _module(state, step)
+    return {"type": type(module).__name__[:200],
+            "mha": isinstance(module, torch.nn.MultiheadAttention)}
 
-        def pull() -> Any:
-            with torch.enable_grad():
-                weights = _export(state.subject, module, None, step.get("found"), state.spec)
-                keys = [k for k in given if k in weights and weights[k].requires_grad]
-                outs = [weights[k] for k in keys]
-                return vjp(outs, [p for _, p in params],
-                           [given[k].to(device=o.device, dtype=o.dtype)
-                            for k, o in zip(keys, outs, strict=True)])
 
-        mapped = _call("mapping the reference's weight gradients through export_weights "
-                       "raised", pull)
-        return {"params": _param_grads(state, params, mapped)}
-    raise ValueError(f"unknown step {op!r}")
+def _find_weights(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    """Guesses by name, for the runner to confirm or drop."""
+    module = _module(state, step)
+    from .finder import candidates
+
+    found = _call("looking for the module's projections by name raised", candidates,
+                  module, state.spec)
+    return {"candidates": [
+        {"id": c.id[:200], "describe": c.describe[:400],
+         "weights": {k: _sendable(f"{c.id}'s {k}", v.detach(),
+                                  tensor_limit(state.n_embd * state.n_embd))
+                     for k, v in _call(f"reading {c.describe} raised", c.weights).items()}}
+        for c in found]}
+
+
+def _export_step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    module = _module(state, step)
+    unknown: list[str] = []
+    weights = _export(state.subject, module, unknown, step.get("found"), state.spec)
+    return {"weights": {k: _sendable(f"export_weights' {k}", v,
+                                     tensor_limit(state.n_embd * state.n_embd))
+                        for k, v in weights.items()},
+            "unknown": unknown[:_UNKNOWN_KEYS],
+            "connected": _call("reading export_weights' requires_grad raised", lambda: [
+                k for k, v in weights.items() if v.requires_grad])}
+
+
+def _pullback(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    """The reference's weight gradients, mapped onto the parameters."""
+    module = _module(state, step)
+    given: dict[str, Tensor] = step["grads"]
+    params = _parameters(module)
+
+    def pull() -> Any:
+        with torch.enable_grad():
+            weights = _export(state.subject, module, None, step.get("found"), state.spec)
+            keys = [k for k in given if k in weights and weights[k].requires_grad]
+            outs = [weights[k] for k in keys]
+            return vjp(outs, [p for _, p in params],
+                       [given[k].to(device=o.device, dtype=o.dtype)
+                        for k, o in zip(keys, outs, strict=True)])
+
+    mapped = _call("mapping the reference's weight gradients through export_weights "
+                   "raised", pull)
+    return {"params": _param_grads(state, params, mapped)}
+
+
+def _module(state: Executed, step: Mapping[str, Any]) -> torch.nn.Module:
+    assert state.module is not None, step["op"]  # _step: an operation on_module needs a build
+    return state.module
+
+
+HANDLERS: dict[str, Callable[[Executed, Mapping[str, Any]], dict[str, Any]]] = {
+    "refuses": _refuses, "kernel": _kernel, "kernel_cache": _kernel_cache, "decode": _decode_step,
+    "forward": _forward_step, "grad": _grad, "shard_refuses": _shard_refuses,
+    "sharded_grad": _sharded_grad, "module_type": _module_type, "find_weights": _find_weights,
+    "export": _export_step, "pullback": _pullback}
+"""The worker's side of each operation of the protocol (common/protocol.py OPERATIONS)."""
+
+
+def _step(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
+    op = check_step(step)
+    if op.on_module and state.module is None:
+        raise RuntimeError(f"step {op.name!r} before any build")
+    return HANDLERS[op.name](state, step)
 
 
 def execute(state: Executed, request: Mapping[str, Any]) -> dict[str, Any]:

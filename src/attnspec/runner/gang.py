@@ -29,9 +29,8 @@ from typing import Any
 
 from .._errors import TargetError
 from ..common.options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
-from ..common.protocol import consequence
+from ..common.protocol import answer_limit, consequence
 from ..common.users import WorkerUser
-from .execute import answer_limit
 from .spawn import Process, spawn
 from .wire import Channel, WireError, decode, pack
 from .worker import _FRAME_GRACE, Budget, SubjectCrash, _check_seq, _ready_limit, _signal_name

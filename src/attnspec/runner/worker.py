@@ -27,8 +27,9 @@ from typing import Any
 
 from .._errors import ConfigError, TargetError
 from ..common.options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
+from ..common.protocol import answer_limit
 from ..common.users import WorkerUser
-from .execute import Executed, answer_bool, answer_limit, execute
+from .execute import Executed, answer_bool, execute
 from .isolation import become_subreaper, sweep
 from .spawn import Process, Spawned, spawn, take
 from .subject import Subject, fault_text
