@@ -143,11 +143,11 @@ def test_a_subjects_own_world_sizes_are_used_unless_the_run_narrows_them(tmp_pat
 def test_runner_messages_name_the_option_as_the_front_end_spells_it() -> None:
     from attnspec.frontends.pytest_plugin import _FLAGS
 
-    said = "no answer within --timeout 2 s; the worker was killed and restarted."
+    said = "no answer within timeout=2 s; the worker was killed and restarted."
     for flags, want in ((_FLAGS, "--attnspec-timeout 2 s"), (None, "timeout=2 s"),
                         ({"timeout": "--timeout"}, "--timeout 2 s")):
         with Session(_v2(), RunOptions(database=False), flags=flags) as session:
-            assert session._in_flags(said) == said.replace("--timeout 2 s", want)
+            assert session._in_flags(said) == said.replace("timeout=2 s", want)
 
 
 # ---- the report's edges ---------------------------------------------------------------------

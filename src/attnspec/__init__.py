@@ -22,6 +22,7 @@ del _error
 if TYPE_CHECKING:
     from .common.report import Report as Report
     from .frontends.api import trace as trace
+    from .frontends.api import verify as verify
     from .frontends.plot import plot_heads as plot_heads
     from .reference.config import AttentionConfig as AttentionConfig
     from .reference.config import divisors as divisors
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from .reference.variants import SpecAttention as SpecAttention
     from .session.engine import KERNEL_PROPERTIES as KERNEL_PROPERTIES
     from .session.engine import PROPERTIES as PROPERTIES
-    from .session.engine import verify as verify
 
 # Loaded when first used: `attnspec verify` starts its worker before torch is imported, and the
 # engine (Hypothesis) and plots (matplotlib) cost nothing until asked for.
@@ -54,7 +54,7 @@ _LAZY = {
     "trace": ".frontends.api", "AttentionConfig": ".reference.config",
     "divisors": ".reference.config",
     "PROPERTIES": ".session.engine", "KERNEL_PROPERTIES": ".session.engine",
-    "kernel_attention": ".reference.core", "verify": ".session.engine",
+    "kernel_attention": ".reference.core", "verify": ".frontends.api",
     "plot_heads": ".frontends.plot",
     "AttentionWeights": ".reference.module", "CausalSelfAttention": ".reference.module",
     "HeadTensor": ".reference.module", "Residual": ".reference.module", "Report": ".common.report",

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from .._errors import UsageError
+from ..common.options import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH
 from ..reference.config import check_config
 from ..reference.module import CausalSelfAttention, Kernel
 from ..reference.spec import AttentionSpec
 from ..reference.trace import ShapeTrace
 from ..reference.variants import SpecAttention
+
+if TYPE_CHECKING:
+    from ..common.report import Progress, Report
+    from ..properties.base import Example
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -104,3 +110,80 @@ def trace(
     with torch.no_grad():
         return spec_attn.traced(x)[1]
 
+
+def verify(
+    target: Any, *, only: Iterable[str] | str | None = None,
+    skip: Iterable[str] | str | None = None, device: str = "all",
+    dtypes: Sequence[str] | None = None, profile: str = "default",
+    max_examples: int | None = None, seed: int | None = None, timeout: float = 30.0,
+    report: str | os.PathLike[str] | None = None, isolate: bool | None = None,
+    progress: bool | Progress = False, exitfirst: bool = False,
+    replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
+    on_start: Callable[[Report], None] | None = None, max_seq: int | None = None,
+    max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
+    world_sizes: Sequence[int] | None = None, worker_user: str | None = None,
+    workers: int | None = None, black_box: bool = False,
+    require: Iterable[str] | str | None = None,
+) -> Report:
+    """Check an implementation of causal self-attention against every property.
+
+    ```python
+    report = attnspec.verify("path/to/impl.py")          # or "pkg.mod", "pkg.mod:NAME"
+    assert report.ok, report.summary()
+    ```
+
+    **Arguments:**
+
+    - `target`: a TARGET string (run in a supervised worker process), or a module or object
+      with `build` (run in this process).
+    - `only`, `skip`: property ids (see `PROPERTIES`).
+    - `device`: `"cpu"`, `"cuda"` or `"all"` (CUDA where present).
+    - `dtypes`: restrict the dtypes (intersected with the subject's `DTYPES`).
+    - `profile`: `"smoke"`, `"default"`, `"thorough"` or `"ci"`; `max_examples` overrides it.
+    - `seed`: the same seed gives the same examples and verdicts.
+    - `timeout`: seconds allowed for one example before the worker is killed.
+    - `max_seq`: the longest sequence (T) drawn (None: 64 for modules, 256 for kernels);
+      raise it past a blocked kernel's block size.
+    - `max_heads`, `max_head_dim`, `max_width`: the largest H, D and C = H x D drawn (32, 256
+      and 512). Three examples in four are narrow (H <= 8, D <= 16); the others range over all
+      of it, favouring the head sizes kernels specialise on (32, 64, 80, 96, 128, 256 and their
+      neighbours), with B = 1 and T up to max(9, max_seq // 8).
+    - `world_sizes`: the ranks tp_equivalence and cp_equivalence shard over (None: every one
+      of the subject's WORLD_SIZES, 2 and 4 by default); each rank is a process.
+    - `worker_user`: run the worker and the ranks as this user (a name or uid; the runner must
+      be root): the subject then cannot reach the runner's memory, files or signals.
+    - `report`: a path for the JSON report, written atomically after every property, and a
+      last time once everything the subject started has been killed.
+    - `workers`: how many runners check properties at once, each with its own worker (None:
+      2 where this process may use 2 cores or more, else 1; 1 with `exitfirst`); with more
+      than one, a TARGET string runs in runners forked from this process, and the verdicts
+      are the same (with `exitfirst`, failures found at once in two runners are both kept).
+    - `black_box`: accept a pass without the oracle (a subject that exports no weights, and
+      whose weights attnspec cannot find by name): it then says "conforms (black-box: oracle
+      not run)". Without it such a run is incomplete (`status == "incomplete"`, not `ok`).
+    - `require`: property ids that must run besides the oracle (a run where one is skipped is
+      incomplete).
+    - `exitfirst`: stop after the first property that does not pass.
+    - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
+    - `progress`: True for progress on stderr (a live line on a terminal, plain lines
+      otherwise), or a callable `(property, done, total, result_or_None)`.
+    - `on_start`: called with the empty report once the subject is loaded (its header is set).
+
+    **Returns:** a `Report`. A TARGET that cannot be loaded raises `TargetError`; bad options
+    raise `UsageError`.
+    """
+    from ..common.options import RunOptions
+    from ..session.engine import run, select_properties
+
+    props = select_properties(only, skip, kernel=None)  # each family's, once the subject loads
+    options = RunOptions(device=device, dtypes=None if dtypes is None else tuple(dtypes),
+                         profile=profile, max_examples=max_examples, seed=seed,
+                         timeout=timeout, max_seq=max_seq, max_heads=max_heads,
+                         max_head_dim=max_head_dim, max_width=max_width, database=database,
+                         world_sizes=None if world_sizes is None else tuple(world_sizes),
+                         worker_user=worker_user, black_box=black_box,
+                         require=None if require is None else tuple(
+                             [require] if isinstance(require, str) else require))
+    return run(target, options, props, only=only, skip=skip, report=report, isolate=isolate,
+               progress=progress, exitfirst=exitfirst, replay=replay, on_start=on_start,
+               workers=workers)

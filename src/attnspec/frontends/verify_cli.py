@@ -480,7 +480,8 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
         spawn.prestart()
     from ..common.report import progress_printer
     from ..runner.worker import main as worker_main
-    from ..session.engine import FRONT_END_FLAGS, verify
+    from ..session.engine import FRONT_END_FLAGS
+    from .api import verify
 
     if forking and spawn.start_zygote(worker_main) and args.worker_user is None:
         spawn.prestart()

@@ -231,7 +231,7 @@ class Gang:
                 raise TargetError(f"TARGET {self.target!r}: {ranks} of {self.world} did not "
                                   f"load and join the process group within {timeout:g} s.")
             raise RankCrash("timeout", f"{ranks} of {self.world} gave no answer within "
-                            f"--timeout {self.timeout:g} s; the ranks were killed and "
+                            f"timeout={self.timeout:g} s; the ranks were killed and "
                             "restarted.", silent[0])
         for rank in silent:
             answers[rank] = {"kind": "stopped", "message": "stopped after another rank failed"}

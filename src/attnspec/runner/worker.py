@@ -593,7 +593,7 @@ class Worker:
             return answer
         except _Silent:
             self._kill()
-            raise SubjectCrash("timeout", f"no answer within --timeout {self.timeout:g} s; "
+            raise SubjectCrash("timeout", f"no answer within timeout={self.timeout:g} s; "
                                "the worker was killed and restarted.") from None
         except (EOFError, OSError):
             code = self._reap()

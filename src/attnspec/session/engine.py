@@ -30,10 +30,7 @@ from .._errors import ConfigError, TargetError, UsageError
 from ..common.dtypes import default_dtypes
 from ..common.options import (
     KERNEL_MAX_SEQ,
-    MAX_HEAD_DIM,
-    MAX_HEADS,
     MAX_SEQ_LIMIT,
-    MAX_WIDTH,
     MODULE_MAX_SEQ,
     NARROW_HEAD_DIM,
     NARROW_HEADS,
@@ -73,7 +70,7 @@ from .lanes import Lane, Passes, fork_unsafe_reason
 if TYPE_CHECKING:
     from ..runner.gang import Gang
 
-__all__ = ["PROFILES", "PROPERTIES", "RunOptions", "Session", "verify"]
+__all__ = ["PROFILES", "PROPERTIES", "RunOptions", "Session", "run"]
 
 PROPERTIES: tuple[str, ...] = PROPERTY_IDS
 """The property ids, in the order they run (docs/design.md's table, then device_agreement)."""
@@ -100,8 +97,9 @@ FRONT_END_FLAGS: ContextVar[Mapping[str, str] | None] = ContextVar("FRONT_END_FL
                                                                    default=None)
 """verify()'s parameters as the front end calling it spells them (the command line sets its
 own); None: verify()'s own names, `timeout=30`."""
-# The runner's messages name an option as the command line spells it; a front end renames it.
-_NAMED_OPTION = re.compile(r"--(timeout) (\S+)")
+# The process layer's messages name an option as verify() does (timeout=30); a front end's
+# flags (Session.flags) rename it, as frontends.verify_cli.in_flags does a UsageError's.
+_NAMED_OPTION = re.compile(r"\b(timeout)=(\S+)")
 
 
 def _stream_seed(seed: int, prop: str, stream: str) -> int:
@@ -553,7 +551,8 @@ class Session:
             with self._judging():
                 found = find_weights(self._run_probe, examples)
         except SubjectCrash as crash:
-            found = Found(why=f"the probe's module could not be run ({crash})")
+            found = Found(why="the probe's module could not be run "
+                                f"({self._in_flags(str(crash))})")
         if found.ident is not None:
             self.info = self.executor.info = dataclasses.replace(
                 self.info, has_export=True, found=found.ident)
@@ -1493,76 +1492,14 @@ def _private_hypothesis_home(private: bool) -> Iterator[None]:
             configuration.set_hypothesis_home_dir(previous)
 
 
-def verify(
-    target: Any, *, only: Iterable[str] | str | None = None,
-    skip: Iterable[str] | str | None = None, device: str = "all",
-    dtypes: Sequence[str] | None = None, profile: str = "default",
-    max_examples: int | None = None, seed: int | None = None, timeout: float = 30.0,
-    report: str | os.PathLike[str] | None = None, isolate: bool | None = None,
-    progress: bool | Progress = False, exitfirst: bool = False,
-    replay: Mapping[str, Any] | Example | None = None, database: bool | str = True,
-    on_start: Callable[[Report], None] | None = None, max_seq: int | None = None,
-    max_heads: int = MAX_HEADS, max_head_dim: int = MAX_HEAD_DIM, max_width: int = MAX_WIDTH,
-    world_sizes: Sequence[int] | None = None, worker_user: str | None = None,
-    workers: int | None = None, black_box: bool = False,
-    require: Iterable[str] | str | None = None,
-) -> Report:
-    """Check an implementation of causal self-attention against every property.
-
-    ```python
-    report = attnspec.verify("path/to/impl.py")          # or "pkg.mod", "pkg.mod:NAME"
-    assert report.ok, report.summary()
-    ```
-
-    **Arguments:**
-
-    - `target`: a TARGET string (run in a supervised worker process), or a module or object
-      with `build` (run in this process).
-    - `only`, `skip`: property ids (see `PROPERTIES`).
-    - `device`: `"cpu"`, `"cuda"` or `"all"` (CUDA where present).
-    - `dtypes`: restrict the dtypes (intersected with the subject's `DTYPES`).
-    - `profile`: `"smoke"`, `"default"`, `"thorough"` or `"ci"`; `max_examples` overrides it.
-    - `seed`: the same seed gives the same examples and verdicts.
-    - `timeout`: seconds allowed for one example before the worker is killed.
-    - `max_seq`: the longest sequence (T) drawn (None: 64 for modules, 256 for kernels);
-      raise it past a blocked kernel's block size.
-    - `max_heads`, `max_head_dim`, `max_width`: the largest H, D and C = H x D drawn (32, 256
-      and 512). Three examples in four are narrow (H <= 8, D <= 16); the others range over all
-      of it, favouring the head sizes kernels specialise on (32, 64, 80, 96, 128, 256 and their
-      neighbours), with B = 1 and T up to max(9, max_seq // 8).
-    - `world_sizes`: the ranks tp_equivalence and cp_equivalence shard over (None: every one
-      of the subject's WORLD_SIZES, 2 and 4 by default); each rank is a process.
-    - `worker_user`: run the worker and the ranks as this user (a name or uid; the runner must
-      be root): the subject then cannot reach the runner's memory, files or signals.
-    - `report`: a path for the JSON report, written atomically after every property, and a
-      last time once everything the subject started has been killed.
-    - `workers`: how many runners check properties at once, each with its own worker (None:
-      2 where this process may use 2 cores or more, else 1; 1 with `exitfirst`); with more
-      than one, a TARGET string runs in runners forked from this process, and the verdicts
-      are the same (with `exitfirst`, failures found at once in two runners are both kept).
-    - `black_box`: accept a pass without the oracle (a subject that exports no weights, and
-      whose weights attnspec cannot find by name): it then says "conforms (black-box: oracle
-      not run)". Without it such a run is incomplete (`status == "incomplete"`, not `ok`).
-    - `require`: property ids that must run besides the oracle (a run where one is skipped is
-      incomplete).
-    - `exitfirst`: stop after the first property that does not pass.
-    - `replay`: one example's JSON (from a replay command) to run alone, with `only`.
-    - `progress`: True for progress on stderr (a live line on a terminal, plain lines
-      otherwise), or a callable `(property, done, total, result_or_None)`.
-    - `on_start`: called with the empty report once the subject is loaded (its header is set).
-
-    **Returns:** a `Report`. A TARGET that cannot be loaded raises `TargetError`; bad options
-    raise `UsageError`.
-    """
-    props = select_properties(only, skip, kernel=None)  # each family's, once the subject loads
-    options = RunOptions(device=device, dtypes=None if dtypes is None else tuple(dtypes),
-                         profile=profile, max_examples=max_examples, seed=seed,
-                         timeout=timeout, max_seq=max_seq, max_heads=max_heads,
-                         max_head_dim=max_head_dim, max_width=max_width, database=database,
-                         world_sizes=None if world_sizes is None else tuple(world_sizes),
-                         worker_user=worker_user, black_box=black_box,
-                         require=None if require is None else tuple(
-                             [require] if isinstance(require, str) else require))
+def run(target: Any, options: RunOptions, props: list[str], *,
+        only: Iterable[str] | str | None, skip: Iterable[str] | str | None,
+        report: str | os.PathLike[str] | None, isolate: bool | None,
+        progress: bool | Progress, exitfirst: bool, replay: Mapping[str, Any] | Example | None,
+        on_start: Callable[[Report], None] | None, workers: int | None) -> Report:
+    """One verify of `target` with `options` over `props` (`attnspec.verify`,
+    frontends/api.py, says what each argument means): the runners, the quick pass and the
+    full pass, the report written after every verdict."""
     if replay is not None and len(props) != 1:
         raise UsageError(option="only", value=",".join(props),
                          reason="a replay runs one example of one property: give exactly one.")
