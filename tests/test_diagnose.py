@@ -202,3 +202,41 @@ def test_the_report_message_carries_the_diagnosis() -> None:
     assert result.verdict == "fail", report.summary()
     assert "Diagnosis: the score scale " in (result.message or ""), result.message
     assert "= 1/D (declared " in (result.message or ""), result.message
+
+
+def test_a_diagnosis_reads_the_specs_norms_and_slopes() -> None:
+    """The wrong-mask hypotheses run the reference's own projection (q/k norms, RoPE) and the
+    spec's ALiBi slopes: a mask one position off is named under an RMS q/k norm with weights
+    far from 1 and slopes of the subject's own (before, the norms and slopes were left out, and
+    nothing was said to explain it)."""
+    from attnspec import QKNorm
+
+    spec = AttentionSpec(16, 2, qk_norm=QKNorm(), positions=ALiBi(slopes=(0.5, 0.03)),
+                         bias=False)
+    gen = torch.Generator().manual_seed(0)
+    w = {k: torch.randn(shape, generator=gen, dtype=torch.float64) * 0.3
+         for k, shape in spec.weight_shapes().items() if not k.endswith("_bias")}
+    w["q_norm_weight"] = 1 + 2 * torch.rand(8, generator=gen, dtype=torch.float64)
+    w["k_norm_weight"] = 0.2 + torch.rand(8, generator=gen, dtype=torch.float64)
+    x = torch.randn(2, 6, 16, generator=gen, dtype=torch.float64)
+
+    def heads(t: torch.Tensor, norm: torch.Tensor | None) -> torch.Tensor:  # (B, H, T, D)
+        t = t.view(2, 6, 2, 8)
+        if norm is not None:
+            t = t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * norm
+        return t.transpose(1, 2)
+
+    # The subject, written out: RMS-normed heads, its slopes, and tril(diagonal=1)
+    q = heads(x @ w["q_weight"].T, w["q_norm_weight"])
+    k = heads(x @ w["k_weight"].T, w["k_norm_weight"])
+    v = heads(x @ w["v_weight"].T, None)
+    i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
+    slopes = torch.tensor([0.5, 0.03], dtype=torch.float64)[:, None, None]
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(8) - slopes * (i - j)
+    y = torch.softmax(s.masked_fill(j > i + 1, float("-inf")), -1) @ v
+    out = y.transpose(1, 2).reshape(2, 6, 16) @ w["o_weight"].T
+    golden = spec_attention(x, w, spec)
+    assert float((out - golden).abs().max()) > 1e-2  # the subject is wrong here
+    sentence = diagnose(out.float(), x.float(), {k: t.float() for k, t in w.items()}, spec,
+                        "float32", float(golden.abs().max()))
+    assert "each query also sees the next key" in sentence, sentence

@@ -30,8 +30,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..common.dtypes import dtype_from_name
-from ..reference.spec import ALiBi, AttentionSpec, RoPE, alibi_slopes
-from ..reference.variants import heads_of, repeat_kv, rotate, spec_attention, visible
+from ..reference import core
+from ..reference.spec import ALiBi, AttentionSpec, RoPE
+from ..reference.variants import repeat_kv, spec_attention, spec_heads, visible
 from . import tolerance as tol
 
 __all__ = ["GAIN", "Reference", "diagnose", "grouped_weights"]
@@ -198,13 +199,13 @@ def _hypotheses(spec: AttentionSpec, weights: Mapping[str, Tensor], T: int,
 
 
 def _raw_scores(q: Tensor, k: Tensor, spec: AttentionSpec) -> Tensor:
-    """Scaled, capped, ALiBi-biased scores, unmasked."""
-    scores = (q @ k.transpose(-2, -1)) * spec.attn_scale
+    """Scaled, capped, ALiBi-biased scores (the spec's own slopes), unmasked."""
+    scores = core.scores_of(q, k, spec.attn_scale)
     if spec.softcap is not None:
-        scores = spec.softcap * torch.tanh(scores / spec.softcap)
+        scores = core.capped(scores, spec.softcap)
     if isinstance(spec.positions, ALiBi):
         T = q.size(-2)
-        slopes = torch.tensor(alibi_slopes(q.size(1)), dtype=scores.dtype)
+        slopes = torch.tensor(spec.positions.slopes_for(q.size(1)), dtype=scores.dtype)
         i = torch.arange(T)[:, None]
         j = torch.arange(T)[None, :]
         scores = scores - slopes[:, None, None] * (i - j).to(scores.dtype)
@@ -215,12 +216,8 @@ def _normalised(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, h
                 ) -> Tensor:
     """The reference with the scores normalised the wrong way `how` (queries, after, or
     unnormalised), in x's dtype."""
-    H, G, D = spec.n_head, spec.G, spec.D
-    q = heads_of(F.linear(x, weights["q_weight"], weights.get("q_bias")), H, D)
-    k = heads_of(F.linear(x, weights["k_weight"], weights.get("k_bias")), G, D)
-    v = heads_of(F.linear(x, weights["v_weight"], weights.get("v_bias")), G, D)
-    if isinstance(spec.positions, RoPE):
-        q, k = rotate(q, spec.positions, 0), rotate(k, spec.positions, 0)
+    H, D = spec.n_head, spec.D
+    q, k, v = spec_heads(x, weights, spec, 0)  # the reference's own: q/k norms, RoPE
     k, v = repeat_kv(k, H), repeat_kv(v, H)
     raw = _raw_scores(q, k, spec)
     seen = visible(x.size(1), spec.window, x.device)

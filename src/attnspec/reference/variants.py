@@ -7,7 +7,7 @@ key/value head h // (H / G). Scores are scaled, soft-capped, biased (ALiBi), the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 
 import torch
@@ -40,8 +40,8 @@ from .trace import ShapeTrace
 from .typecheck import TYPECHECK, shapechecked
 
 __all__ = ["SpecAttention", "extra_weights", "frequencies", "heads_of", "normed", "repeat_kv",
-           "rotate", "sink_softmax", "spec_attention", "spec_core", "spec_scores", "turn",
-           "visible"]
+           "rotate", "sink_softmax", "spec_attention", "spec_core", "spec_heads", "spec_scores",
+           "turn", "visible"]
 
 
 _STEPS = (normed, heads_of, rotate, merge_heads)
@@ -59,6 +59,37 @@ def spec_attention(
     return spec_pipeline(x, weights, spec, offset, None)
 
 
+def spec_heads(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, offset: int,
+               record: Callable[..., None] | None = None, steps: SimpleNamespace | None = None,
+               ) -> tuple[Tensor, Tensor, Tensor]:
+    """x -> q (B, H, T, D), k and v (B, G, T, D) as `spec` says: the projections, q/k norms,
+    the head split and RoPE from position `offset` (`record(stage, t, note, labels)` traces)."""
+    steps = _STEPS_RUN if steps is None else steps
+    note = record or (lambda *_: None)
+    H, G, D = spec.n_head, spec.G, spec.D
+    q = F.linear(x, weights["q_weight"], weights.get("q_bias"))
+    note("projection", q, "q; k and v are B T G*D", "B T H*D")
+    k = F.linear(x, weights["k_weight"], weights.get("k_bias"))
+    if spec.qk_norm is not None:
+        norm = spec.qk_norm
+        q = steps.normed(q, weights["q_norm_weight"], weights.get("q_norm_bias"), norm, D)
+        k = steps.normed(k, weights["k_norm_weight"], weights.get("k_norm_bias"), norm, D)
+        note("qk norm", q, f"{norm.kind} norm of q and k over "
+             + ("each head's D" if norm.per_head else "the whole projection"), "B T H*D")
+    q = steps.heads_of(q, H, D)
+    note("head split", q)
+    k = steps.heads_of(k, G, D)
+    v = steps.heads_of(F.linear(x, weights["v_weight"], weights.get("v_bias")), G, D)
+    note("kv heads", k)
+    if isinstance(spec.positions, RoPE):
+        q = steps.rotate(q, spec.positions, offset)
+        k = steps.rotate(k, spec.positions, offset)
+        scaling = spec.positions.scaling
+        note("rotary", q, None if scaling is None else
+             f"RoPE on queries and keys, {type(scaling).__name__} x{scaling.factor:g}")
+    return q, k, v
+
+
 def spec_pipeline(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, offset: int,
               keep: list[Tensor] | None, trace: ShapeTrace | None = None) -> Tensor:
     steps = _STEPS_RUN
@@ -68,28 +99,8 @@ def spec_pipeline(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
         if trace is not None:
             trace.record(stage, tuple(t.shape), note, labels)
 
-    H, G, D = spec.n_head, spec.G, spec.D
     record("input", x)
-    q = F.linear(x, weights["q_weight"], weights.get("q_bias"))
-    record("projection", q, "q; k and v are B T G*D", "B T H*D")
-    k = F.linear(x, weights["k_weight"], weights.get("k_bias"))
-    if spec.qk_norm is not None:
-        norm = spec.qk_norm
-        q = steps.normed(q, weights["q_norm_weight"], weights.get("q_norm_bias"), norm, D)
-        k = steps.normed(k, weights["k_norm_weight"], weights.get("k_norm_bias"), norm, D)
-        record("qk norm", q, f"{norm.kind} norm of q and k over "
-               + ("each head's D" if norm.per_head else "the whole projection"), "B T H*D")
-    q = steps.heads_of(q, H, D)
-    record("head split", q)
-    k = steps.heads_of(k, G, D)
-    v = steps.heads_of(F.linear(x, weights["v_weight"], weights.get("v_bias")), G, D)
-    record("kv heads", k)
-    if isinstance(spec.positions, RoPE):
-        q = steps.rotate(q, spec.positions, offset)
-        k = steps.rotate(k, spec.positions, offset)
-        scaling = spec.positions.scaling
-        record("rotary", q, None if scaling is None else
-               f"RoPE on queries and keys, {type(scaling).__name__} x{scaling.factor:g}")
+    q, k, v = spec_heads(x, weights, spec, offset, record, steps)
     masking = "causal" if spec.window is None else f"causal, window {spec.window}"
     extras = (["soft-capped"] if spec.softcap is not None else []) + (
         ["ALiBi"] if isinstance(spec.positions, ALiBi) else [])
