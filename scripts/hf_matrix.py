@@ -137,7 +137,7 @@ def main() -> int:
     for model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         if model_type not in hf.model_types():
             refused[model_type] = hf.family_refusal(model_type)
-    from attnspec.session.engine import _cpu_model  # the reports' own CPU name
+    from attnspec.session.environment import _cpu_model  # the reports' own CPU name
 
     cpu = _cpu_model()
     dtypes = sorted({str(d).removeprefix("torch.") for t in types

@@ -265,8 +265,8 @@ def test_a_result_from_a_runner_is_checked_before_it_counts(data: Any, says: str
 
 _SILENT_LANE = """
 import os, signal, attnspec
-from attnspec.session import engine, lanes
-engine.lane_silence = lambda timeout: 3.0
+from attnspec.session import lanes, run
+run.lane_silence = lambda timeout: 3.0
 forked = []
 start = lanes.Lane.__init__
 def recording(self, *args, **kwargs):

@@ -19,7 +19,7 @@ from _reports import first_verdict_written
 import attnspec
 from attnspec._errors import TargetError
 from attnspec.runner.subject import load_subject
-from attnspec.session.engine import select_properties
+from attnspec.session.selection import select_properties
 
 HERE = Path(__file__).parent
 FAULTY = HERE / "faulty"
@@ -646,7 +646,7 @@ def test_hypothesis_never_mines_attnspecs_own_source_for_constants() -> None:
     # and try their numbers in the draws; installed in site-packages it never looks at them.
     from hypothesis.internal.conjecture import providers
 
-    from attnspec.session.engine import _hide_own_source_from_hypothesis
+    from attnspec.session.environment import _hide_own_source_from_hypothesis
 
     if not hasattr(providers, "_seen_modules"):  # hypothesis is unpinned; verify falls back
         pytest.skip("this Hypothesis has no providers._seen_modules (private API)")
@@ -661,7 +661,7 @@ def test_the_header_names_versions_from_package_metadata() -> None:
     import beartype
     import jaxtyping
 
-    from attnspec.session.engine import _installed
+    from attnspec.session.environment import _installed
 
     assert (_installed("beartype"), _installed("jaxtyping")) == (
         beartype.__version__, jaxtyping.__version__)

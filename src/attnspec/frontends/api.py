@@ -173,7 +173,8 @@ def verify(
     raise `UsageError`.
     """
     from ..common.options import RunOptions
-    from ..session.engine import run, select_properties
+    from ..session.run import run
+    from ..session.selection import select_properties
 
     props = select_properties(only, skip, kernel=None)  # each family's, once the subject loads
     options = RunOptions(device=device, dtypes=None if dtypes is None else tuple(dtypes),

@@ -181,7 +181,7 @@ def _write_report(report: Report, path: str) -> None:
 
 def _blank_report(args: argparse.Namespace, **state: Any) -> Report:
     """The report of a run that stopped before its report existed (while the TARGET loaded)."""
-    from ..session.engine import select_properties
+    from ..session.selection import select_properties
 
     return Report(target=args.target, header={},
                   properties=[PropertyResult(id=p) for p in select_properties(args.only,

@@ -15,11 +15,9 @@ import platform
 import re
 import shlex
 import signal
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,7 +36,7 @@ from ..common.options import (
     RunOptions,
 )
 from ..common.protocol import Executor
-from ..common.report import Progress, PropertyResult, Report, check_report_path, progress_printer
+from ..common.report import Progress, PropertyResult
 from ..common.users import resolve_worker_user
 from ..properties import BY_ID, PROPERTY_IDS, TWINNED, run_check
 from ..properties.base import Context, Example, Outcome
@@ -53,7 +51,7 @@ from ..properties.kernel import (
 )
 from ..properties.kernel import skip_reason as kernel_skip_reason
 from ..reference.conventions import KernelConventions
-from ..reference.spec import ALiBi, AttentionSpec, RoPE, positions_from_json
+from ..reference.spec import RoPE, positions_from_json
 from ..runner.isolation import (
     become_subreaper,
     children,
@@ -65,18 +63,21 @@ from ..runner.isolation import (
 from ..runner.spawn import Spawned, spawn
 from ..runner.subject import check_variants, clip
 from ..runner.worker import InProcess, SubjectCrash, Worker
-from .lanes import Lane, Passes, fork_unsafe_reason
+from .coverage import _Coverage, _size
+from .environment import (
+    _cpu_model,
+    _hide_own_source_from_hypothesis,
+    _installed,
+    _private_hypothesis_home,
+    _target_name,
+)
+from .selection import KERNEL_PROPERTIES, PROPERTIES
 
 if TYPE_CHECKING:
     from ..runner.gang import Gang
 
-__all__ = ["PROFILES", "PROPERTIES", "RunOptions", "Session", "run"]
+__all__ = ["KERNEL_PROPERTIES", "PROFILES", "PROPERTIES", "RunOptions", "Session"]
 
-PROPERTIES: tuple[str, ...] = PROPERTY_IDS
-"""The property ids, in the order they run (docs/design.md's table, then device_agreement)."""
-KERNEL_PROPERTIES: tuple[str, ...] = KERNEL_PROPERTY_IDS
-"""A kernel subject's property ids, in the order they run."""
-_ANY_IDS: tuple[str, ...] = (*PROPERTIES, *(p for p in KERNEL_PROPERTIES if p not in PROPERTIES))
 
 # Bounds on a replayed example, so that a typo cannot allocate hundreds of GB.
 _REPLAY_LIMITS = {"B": 1024, "C": 65536, "H": 4096}
@@ -121,154 +122,7 @@ class _PropertyFailed(Exception):
     pass
 
 
-def _split_ids(values: Iterable[str] | str | None, option: str) -> list[str] | None:
-    if values is None:
-        return None
-    if isinstance(values, str):
-        values = [values]
-    ids = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    if not ids and option == "only":
-        raise UsageError(option=option, value=",".join(values),
-                         reason=f"names no property id; the ids are {', '.join(PROPERTIES)} "
-                                f"(modules) and {', '.join(KERNEL_PROPERTIES)} (kernels).")
-    unknown = [i for i in ids if i not in _ANY_IDS]
-    if unknown:
-        raise UsageError(option=option, value=",".join(ids),
-                         reason=f"unknown property id {', '.join(map(repr, unknown))}; the ids "
-                                f"are {', '.join(PROPERTIES)} (modules) and "
-                                f"{', '.join(KERNEL_PROPERTIES)} (kernels).")
-    return ids
-
-
-def select_properties(only: Iterable[str] | str | None = None,
-                      skip: Iterable[str] | str | None = None, *,
-                      kernel: bool | None = False) -> list[str]:
-    """The ids to run, in running order, of a module's catalogue or a kernel's (None: either,
-    before the subject is loaded; the ids are only checked to exist)."""
-    if kernel is None:
-        chosen = _split_ids(only, "only")
-        _split_ids(skip, "skip")
-        if chosen is None:
-            return list(PROPERTIES)
-        return [p for p in _ANY_IDS if p in chosen]
-    family = KERNEL_PROPERTIES if kernel else PROPERTIES
-    chosen = _split_ids(only, "only") or list(family)
-    skipped = set(_split_ids(skip, "skip") or ())
-    other = [p for p in chosen if p not in family]
-    if other and only is not None:
-        kind, theirs = ("a kernel", "module") if kernel else ("a module", "kernel")
-        raise UsageError(option="only", value=",".join(chosen),
-                         reason=f"{', '.join(other)} {'is' if len(other) == 1 else 'are'} "
-                                f"{theirs} properties, and the subject is {kind}; its ids are "
-                                f"{', '.join(family)}.")
-    props = [p for p in family if p in chosen and p not in skipped]
-    if not props:
-        raise UsageError(option="skip", value=",".join(sorted(skipped)),
-                         reason=f"leaves no property to run of {', '.join(chosen)}.")
-    return props
-
-
 AnyExample = Example | KernelExample
-
-
-def _size(ex: Example | KernelExample) -> tuple[int, ...]:
-    if isinstance(ex, KernelExample):
-        return (ex.B * ex.H * ex.Tq * ex.Tk * ex.D, ex.Tq, ex.Tk, ex.B, ex.H, ex.D,
-                len(ex.cuts), ex.seed)
-    return (ex.B * ex.T * ex.C, ex.T, ex.B, ex.C, ex.H, len(ex.cuts), ex.seed)
-
-
-def _kernel_features(ex: KernelExample) -> list[str]:
-    """A kernel example's departures from causal self-attention, as coverage labels."""
-    return [name for name, on in (
-        ("plain", ex.causal and ex.Tq == ex.Tk and ex.G == ex.H and ex.window is None
-         and ex.softcap is None and not ex.alibi and not ex.sinks),
-        ("noncausal", not ex.causal), ("cross_short_q", ex.Tq < ex.Tk),
-        ("cross_long_q", ex.Tq > ex.Tk), ("mqa", ex.G == 1 < ex.H), ("gqa", 1 < ex.G < ex.H),
-        ("window", ex.window is not None), ("scale", ex.softmax_scale is not None),
-        ("softcap", ex.softcap is not None), ("alibi", ex.alibi), ("sinks", ex.sinks),
-        ("varlen", ex.lengths is not None),
-        ("empty_sequence", ex.lengths is not None and any(0 in p for p in ex.lengths)))
-        if on]
-
-
-def _features(spec: AttentionSpec) -> list[str]:
-    """The spec's departures from plain attention, as coverage labels."""
-    found = ["plain"] if set(spec.to_json()) == {"n_embd", "n_head"} else []
-    found += [name for name, on in (
-        ("mqa", spec.G == 1 < spec.n_head), ("gqa", 1 < spec.G < spec.n_head),
-        ("head_dim", spec.head_dim is not None), ("window", spec.window is not None),
-        ("scale", spec.scale is not None), ("softcap", spec.softcap is not None),
-        ("no_bias", not spec.bias), ("alibi", isinstance(spec.positions, ALiBi))) if on]
-    if isinstance(spec.positions, RoPE):
-        found.append("rope_interleaved" if spec.positions.interleaved else "rope_half")
-        if spec.positions.scaling is not None:  # rope_linear, rope_dynamicntk, rope_yarn, ...
-            found.append("rope_" + type(spec.positions.scaling).__name__.lower().replace(
-                "scaling", "") or "rope_scaled")
-    if isinstance(spec.positions, ALiBi) and spec.positions.slopes is not None:
-        found.append("alibi_slopes")
-    if spec.qk_norm is not None:
-        found.append(f"qk_norm_{spec.qk_norm.kind}" + ("" if spec.qk_norm.per_head else "_whole"))
-    if spec.sinks:
-        found.append("sinks")
-    return found
-
-
-@dataclass
-class _Coverage:
-    """What the examples run so far covered, so a report shows the range a pass was earned on."""
-
-    ranges: dict[str, list[int]] = field(default_factory=dict)
-    shapes: set[tuple[int, ...]] = field(default_factory=set)
-    counts: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def add(self, prop: str, ex: Example | KernelExample) -> None:
-        if isinstance(ex, KernelExample):
-            self._add_kernel(ex)
-            return
-        for axis in ("B", "T", "C", "H"):
-            value = getattr(ex, axis)
-            low, high = self.ranges.get(axis, (value, value))
-            self.ranges[axis] = [min(low, value), max(high, value)]
-        self.shapes.add((ex.B, ex.T, ex.C, ex.H))
-        if prop == "divisibility":  # only build() runs: no tensor, so no dtype or device
-            return
-        low, high = self.ranges.get("D", (ex.D, ex.D))
-        self.ranges["D"] = [min(low, ex.D), max(high, ex.D)]
-        sizes = self.counts.setdefault("size", {})
-        size = "wide" if ex.H > NARROW_HEADS or ex.D > NARROW_HEAD_DIM else "narrow"
-        sizes[size] = sizes.get(size, 0) + 1
-        for key in ("dtype", "device"):
-            seen = self.counts.setdefault(key, {})
-            seen[getattr(ex, key)] = seen.get(getattr(ex, key), 0) + 1
-        seen = self.counts.setdefault("input_scale", {})  # trained scales: peaked rows drawn
-        seen[f"{ex.scale:g}"] = seen.get(f"{ex.scale:g}", 0) + 1
-        if ex.world:  # sharded examples: how many ran on each number of ranks
-            seen = self.counts.setdefault("world", {})
-            seen[str(ex.world)] = seen.get(str(ex.world), 0) + 1
-        if ex.spec is not None:  # which variants the examples exercised, by feature
-            seen = self.counts.setdefault("variant", {})
-            for feature in _features(ex.spec):
-                seen[feature] = seen.get(feature, 0) + 1
-
-    def _add_kernel(self, ex: KernelExample) -> None:
-        for axis in ("B", "H", "G", "Tq", "Tk", "D"):
-            value = getattr(ex, axis)
-            low, high = self.ranges.get(axis, (value, value))
-            self.ranges[axis] = [min(low, value), max(high, value)]
-        self.shapes.add((ex.B, ex.H, ex.Tq, ex.Tk, ex.D))
-        for key, value in (("dtype", ex.dtype), ("device", ex.device),
-                           ("input_scale", f"{ex.scale:g}")):
-            seen = self.counts.setdefault(key, {})
-            seen[value] = seen.get(value, 0) + 1
-        seen = self.counts.setdefault("variant", {})
-        for feature in _kernel_features(ex):
-            seen[feature] = seen.get(feature, 0) + 1
-
-    def to_json(self) -> dict[str, Any] | None:
-        if not self.shapes:
-            return None
-        return {**self.ranges, "shapes": len(self.shapes), **self.counts}
 
 
 @dataclass
@@ -1422,273 +1276,3 @@ def _cut_short(partial: PropertyResult, verdictless: bool, verdict: str, message
     else:
         partial.notes.append(note)
     return partial
-
-
-def _cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else platform's word for it."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _installed(distribution: str) -> str:
-    """A distribution's version from its metadata (1 ms): importing beartype to ask costs 0.1 to
-    0.2 s before the first example, and a v1 subject's runner never needs beartype."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(distribution)
-    except PackageNotFoundError:
-        return "not installed"
-
-
-# Never the user's code: attnspec's own modules and its pytest entry point, and torch, whose
-# torch.ops and torch.classes give a relative __file__ that Hypothesis takes for a local file.
-_NOT_THE_USERS = frozenset({"attnspec", "attnspec_pytest", "torch"})
-_modules_hidden = 0  # len(sys.modules) when they were last hidden: a cheap "nothing new"
-
-
-def _hide_own_source_from_hypothesis() -> None:
-    """Hypothesis mines each module outside site-packages for constants to try in its draws,
-    and caches them in .hypothesis/constants of the working directory. From a source checkout
-    (pip install -e) that is attnspec's own 500, parsed anew on every run without a database
-    (0.3 s), none of them about the subject; installed, there are none. Called before each
-    example too, since attnspec imports some modules (its strategies) only once it draws."""
-    global _modules_hidden
-    if len(sys.modules) == _modules_hidden:
-        return
-    try:
-        from hypothesis.internal.conjecture import providers
-
-        seen: set[int] = providers._seen_modules
-    except (ImportError, AttributeError):  # another Hypothesis: at worst the 0.3 s again
-        return
-    for name, module in list(sys.modules.items()):
-        if name.partition(".")[0] in _NOT_THE_USERS:
-            seen.add(id(module))
-    _modules_hidden = len(sys.modules)
-
-
-@contextlib.contextmanager
-def _private_hypothesis_home(private: bool) -> Iterator[None]:
-    """Without a database, Hypothesis's other files (its constants cache) go to a temporary
-    directory, not to .hypothesis/ in the user's working directory."""
-    if not private or os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
-        yield
-        return
-    from hypothesis import configuration
-
-    previous = vars(configuration).get("__hypothesis_home_directory")
-    with tempfile.TemporaryDirectory(prefix="attnspec-hypothesis-") as home:
-        configuration.set_hypothesis_home_dir(home)
-        try:
-            yield
-        finally:
-            configuration.set_hypothesis_home_dir(previous)
-
-
-def run(target: Any, options: RunOptions, props: list[str], *,
-        only: Iterable[str] | str | None, skip: Iterable[str] | str | None,
-        report: str | os.PathLike[str] | None, isolate: bool | None,
-        progress: bool | Progress, exitfirst: bool, replay: Mapping[str, Any] | Example | None,
-        on_start: Callable[[Report], None] | None, workers: int | None) -> Report:
-    """One verify of `target` with `options` over `props` (`attnspec.verify`,
-    frontends/api.py, says what each argument means): the runners, the quick pass and the
-    full pass, the report written after every verdict."""
-    if replay is not None and len(props) != 1:
-        raise UsageError(option="only", value=",".join(props),
-                         reason="a replay runs one example of one property: give exactly one.")
-    if report is not None:
-        check_report_path(report)
-    show = progress_printer(sys.stderr) if progress is True else (progress or None)
-    lane_count, lane_note = _lane_count(workers, target, isolate, replay, props, exitfirst)
-    result = Report(target=_target_name(target), header={},
-                    properties=[PropertyResult(id=p) for p in props], running=True)
-    _save(result, report)  # now: a run killed before its first verdict leaves one that says so
-    # Without a quick pass to load the twin beside, its process starts with the worker's.
-    ahead = (replay is not None or options.examples <= 2 * _QUICK_EXAMPLES) and any(
-        p in TWINNED or p in KERNEL_TWINNED for p in props)
-    lanes: list[Lane] = []
-    try:
-        # Forked first, before this process has a worker: each lane's starts (its torch
-        # import) beside this one's, and loads the subject once this Session has (Lane.go).
-        for k in range(1, lane_count):
-            try:
-                lanes.append(Lane(lambda: Session(target, options, isolate=True),
-                                  _QUICK_EXAMPLES, str(k), others=lanes,
-                                  prestart=options.worker_user is None,  # else as that user
-                                  silence=lane_silence(options.timeout),
-                                  stopped=options.timeout))
-            except OSError as error:  # no fork or pipe to be had: the runners there are
-                lane_note = f"{len(lanes) + 1} runners, not {lane_count}: a fork failed ({error})"
-                lane_count = len(lanes) + 1
-                break
-        session = Session(target, options, isolate=isolate, twin_ahead=ahead)
-    except KeyboardInterrupt:  # Ctrl-C while the subject loads: the report says so
-        _close_lanes(lanes)
-        result.interrupted = True
-        _save(result, report)
-        raise
-    except TargetError as error:  # the report says why nothing ran
-        _close_lanes(lanes)
-        result.error, result.partial, result.running = str(error), False, False
-        _save(result, report)
-        raise
-    except BaseException:
-        _close_lanes(lanes)
-        raise
-    with session, _closing(lanes):
-        for lane in lanes:
-            lane.go()
-        props = select_properties(only, skip, kernel=session.kernel)
-        left_out = [p for p in options.require or () if p not in props]
-        if left_out:
-            raise UsageError(option="require", value=",".join(options.require or ()),
-                             reason=f"requires {', '.join(left_out)}, which only/skip leave out "
-                                    "of this run.")
-        if [p.id for p in result.properties] != props:
-            result.properties = [PropertyResult(id=p) for p in props]
-        if replay is not None and len(props) != 1:
-            raise UsageError(option="only", value=",".join(props),
-                             reason="a replay runs one example of one property: give exactly "
-                                    "one.")
-        result.header = {**session.header(), "workers": lane_count,
-                         **({"workers_note": lane_note} if lane_note else {})}
-        example = replay if isinstance(replay, Example) or replay is None else \
-            session.replay_example(props[0], replay)
-        if on_start is not None:
-            on_start(result)
-        _save(result, report)
-        quick_passed: dict[int, PropertyResult] = {}  # what stands if the full pass never runs
-        current: int | None = None
-        quick = replay is None and session.max_examples > 2 * _QUICK_EXAMPLES
-        try:
-            if lanes:  # the same passes, over more runners
-                passes = Passes(session, props, result, lambda: _save(result, report), show,
-                                exitfirst, _QUICK_EXAMPLES if quick else 0, lanes)
-                quick_passed = passes.quick_passed
-                passes.run()
-            else:
-                for i, prop in enumerate(props if quick else ()):
-                    current = i
-                    found = session.run(prop, None, max_examples=_QUICK_EXAMPLES, stream="quick")
-                    if found.verdict == "pass":
-                        quick_passed[i] = found
-                    if not found.ok:  # final: the full pass would only find it again
-                        result.properties[i] = found
-                        if show is not None:
-                            show(prop, found.examples, found.examples, found)
-                        _save(result, report)
-                        if exitfirst:
-                            break
-                left = [i for i, p in enumerate(props) if result.properties[i].verdict == "not_run"]
-                if quick and not (exitfirst and result.failures) and any(
-                        props[i] in session.twinned for i in left):
-                    # The twin loads (1.7 s of CPU) while the full passes that need none run first.
-                    session._start_twin()
-                    left.sort(key=lambda i: props[i] in session.twinned)
-                for i in left:
-                    prop = props[i]
-                    if exitfirst and result.failures:
-                        break
-                    current = i
-                    if example is not None:
-                        result.properties[i] = session.replay(prop, example)
-                    else:
-                        result.properties[i] = session.run(prop, show)
-                    _save(result, report)
-            result.partial = any(p.verdict == "not_run" for p in result.properties)
-            result.error = session.nothing_checked(result.properties)
-            result.running = False
-        except KeyboardInterrupt as interrupt:
-            partial = getattr(interrupt, "partial_result", None)
-            if isinstance(partial, PropertyResult) and current is not None:
-                result.properties[current] = partial
-            result.interrupted = True
-            raise
-        finally:  # an internal error leaves status running: the run did not finish
-            _close_lanes(lanes)  # before the session: a lane's worker dies with its runner
-            session.close()  # first: nothing the subject started is left to rewrite the report
-            for i, passed in quick_passed.items():
-                if result.properties[i].verdict == "not_run" and not result.properties[i].examples:
-                    result.properties[i] = _quick_pass_only(passed, result.interrupted)
-            if session.lane_notes:
-                result.header["workers_note"] = "; ".join(
-                    filter(None, [result.header.get("workers_note"), *session.lane_notes]))
-            _save(result, report)
-    return result
-
-
-def _lane_count(workers: int | None, target: Any, isolate: bool | None,
-                replay: Any, props: list[str], exitfirst: bool) -> tuple[int, str | None]:
-    """How many runners this verify uses, and why fewer than asked (None: as asked)."""
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or not 1 <= workers <= _MAX_WORKERS):
-        raise UsageError(option="workers", value=workers,
-                         reason=f"must be a whole number from 1 to {_MAX_WORKERS} (how many "
-                                "runners check properties at once).")
-    in_process = not isinstance(target, str) or isolate is False
-    if workers is not None and workers > 1 and in_process:
-        raise UsageError(option="workers", value=workers,
-                         reason="the subject runs in this process (a Python object as TARGET, "
-                                "or isolate=False), and each further runner loads it by name "
-                                "in a worker of its own; give a TARGET string, or workers=1.")
-    if workers is None:  # -x stops at a quick pass, mostly before a second runner has loaded
-        workers = 1 if exitfirst else min(2, len(os.sched_getaffinity(0)) if hasattr(
-            os, "sched_getaffinity") else os.cpu_count() or 1)
-    if workers == 1 or in_process or replay is not None or len(props) < 2:
-        return 1, None
-    unsafe = fork_unsafe_reason()
-    if unsafe is not None:
-        return 1, f"one runner, not {workers}: {unsafe}"
-    return workers, None
-
-
-def lane_silence(timeout: float) -> float:
-    """How long a lane may send nothing: its passes send progress after each example, which
-    the worker's supervision bounds (10 x --timeout of wall time), but a quick pass, or
-    shrinking after a failure, sends none until its verdict, so a generous multiple."""
-    return 100 * timeout + 60
-
-
-def _close_lanes(lanes: list[Lane]) -> None:
-    for lane in lanes:
-        lane.close(wait=2.0)
-
-
-@contextlib.contextmanager
-def _closing(lanes: list[Lane]) -> Iterator[None]:
-    """Every lane closed however the run ends (each closes once: Passes may have already)."""
-    try:
-        yield
-    finally:
-        _close_lanes(lanes)
-
-
-def _quick_pass_only(passed: PropertyResult, interrupted: bool) -> PropertyResult:
-    """A property whose full pass never ran: what its quick pass found, and no verdict."""
-    why = "Ctrl-C came" if interrupted else "the run stopped at the first failure"
-    return dataclasses.replace(
-        passed, verdict="interrupted" if interrupted else "not_run",
-        message=f"{why} before its full pass; its quick pass of {passed.examples} narrow "
-                "examples passed")
-
-
-def _target_name(target: Any) -> str:
-    return target if isinstance(target, str) else getattr(target, "__name__", repr(target))
-
-
-def _save(result: Report, path: str | os.PathLike[str] | None) -> None:
-    """Write the report; a failure (a full disk) is kept on it, not raised: no verdict is lost."""
-    if path is None:
-        return
-    try:
-        result.write(path)
-        result.write_error = None
-    except (OSError, ValueError, UsageError) as error:
-        result.write_error = f"{os.fspath(path)!r}: {error}"
