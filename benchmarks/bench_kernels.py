@@ -223,7 +223,7 @@ def _oracle_variants(session: Any, ex: Any, dev: list[Any], qkv: tuple[Any, Any,
                      corner: str, golden: Any, default: int) -> dict[str, Variant | Any]:
     import torch.nn.functional as F
 
-    from attnspec.properties import kernel as kp
+    from attnspec.properties.kernel import checks, judging
 
     q, k, v = qkv
     return {
@@ -232,8 +232,9 @@ def _oracle_variants(session: Any, ex: Any, dev: list[Any], qkv: tuple[Any, Any,
                                           default),
         "kernel": _threads(lambda: F.scaled_dot_product_attention(*dev, is_causal=True), 1,
                            default),
-        "reference": _threads(lambda: kp._golden(ex, q, k, v, corner), 1, default),
-        "yardstick": _threads(lambda: kp.Yardstick(ex, q, k, v, corner, golden)["o"], 1, default),
+        "reference": _threads(lambda: checks._golden(ex, q, k, v, corner), 1, default),
+        "yardstick": _threads(lambda: judging.Yardstick(ex, q, k, v, corner, golden)["o"], 1,
+                              default),
     }
 
 
@@ -244,6 +245,7 @@ def kernel_oracle(cfg: Config) -> dict[str, Any]:
 
     from attnspec.common.options import RunOptions
     from attnspec.properties import kernel as kp
+    from attnspec.properties.kernel import checks
     from attnspec.session.engine import Session
     from attnspec.subjects import kernel_sdpa
 
@@ -260,7 +262,7 @@ def kernel_oracle(cfg: Config) -> dict[str, Any]:
             q, k, v = kp.inputs(ex)
             dev = [t.to(cfg.device) for t in (q, k, v)]
             corner = session.conventions.causal if session.conventions else "top_left"
-            golden = kp._golden(ex, q, k, v, corner)
+            golden = checks._golden(ex, q, k, v, corner)
             first = session.replay("oracle", ex)
             if first.verdict != "pass":
                 raise RuntimeError(f"oracle on {ex.describe()}: {first.verdict}: "

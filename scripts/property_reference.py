@@ -2,7 +2,7 @@
 
 Reads, without importing attnspec (so the docs build needs no torch):
 - the catalogues, `PROPERTIES` in src/attnspec/properties/__init__.py and `KERNEL_PROPERTIES`
-  in src/attnspec/properties/kernel.py, with each check function's docstring and draw settings;
+  in src/attnspec/properties/kernel/__init__.py, with each check function's docstring and draw settings;
 - the witnesses, the broken implementations in tests/broken/ and tests/kernels/broken/ whose
   `EXPECTED` names the property;
 - the hand-written halves, docs/reference/_properties.toml (what must hold, how, tolerance).
@@ -28,7 +28,7 @@ ENTRIES = ROOT / "docs" / "reference" / "_properties.toml"
 PAGES = "reference/properties"  # under docs/
 FAMILIES = {
     "module": ("Module properties", PROPS / "__init__.py", "PROPERTIES", ROOT / "tests" / "broken"),
-    "kernel": ("Kernel properties", PROPS / "kernel.py", "KERNEL_PROPERTIES",
+    "kernel": ("Kernel properties", PROPS / "kernel" / "__init__.py", "KERNEL_PROPERTIES",
                ROOT / "tests" / "kernels" / "broken"),
 }
 # Property(...) keywords that are flags, in words for the "runs when" line.

@@ -268,27 +268,28 @@ def test_the_yardstick_is_computed_as_far_as_the_verdict_needs_and_judges_as_the
     yardstick (the larger error of both roundings), computed eagerly."""
     from attnspec.properties import kernel as kp
     from attnspec.properties import tolerance as tol
+    from attnspec.properties.kernel import checks, judging
 
     ex = kp.KernelExample(B=2, H=3, G=3, Tq=37, Tk=37, D=24, dtype=dtype, device="cpu",
                           seed=5, scale=3.0, causal=True)
     q, k, v = kp.inputs(ex)
-    golden = kp._golden(ex, q, k, v, "top_left")
+    golden = checks._golden(ex, q, k, v, "top_left")
     low = getattr(torch, dtype)
     whole = max(tol.max_abs_diff(kp.reference(ex, q, k, v, "top_left", low, reorder=r)[0],
                                  golden[0])[0] for r in (False, True))
     assert whole > 0
-    lazy = kp.Yardstick(ex, q, k, v, "top_left", golden)
-    assert kp._judge("o", golden[0], golden[0], lazy, ex) is None
+    lazy = judging.Yardstick(ex, q, k, v, "top_left", golden)
+    assert judging._judge("o", golden[0], golden[0], lazy, ex) is None
     assert lazy._left == [False, True]  # nothing computed: the floor covered it
-    floor = tol.floor(dtype, kp._finite_max(golden[0]))
+    floor = tol.floor(dtype, judging._finite_max(golden[0]))
     computed = []
     for err in (floor / 2, floor * 1.01, tol.K * whole + floor * 0.99,
                 tol.K * whole + floor * 1.01, 10 * (tol.K * whole + floor)):
         got = golden[0].clone()
         got[1, 2, 30, 5] += err
-        lazy = kp.Yardstick(ex, q, k, v, "top_left", golden)
-        said, eager = kp._judge("o", got, golden[0], lazy, ex), \
-            kp._judge("o", got, golden[0], whole, ex)
+        lazy = judging.Yardstick(ex, q, k, v, "top_left", golden)
+        said, eager = judging._judge("o", got, golden[0], lazy, ex), \
+            judging._judge("o", got, golden[0], whole, ex)
         assert (said is None) == (eager is None), err
         assert said is None or said.message == eager.message
         computed.append(2 - len(lazy._left))
@@ -327,20 +328,21 @@ def test_kernel_inputs_are_disjoint_windows_of_one_pool_copied_out_of_it() -> No
     (a check that wrote into one could not change another example's); a request past half the
     pool is drawn afresh."""
     from attnspec.properties import kernel as kp
+    from attnspec.properties.kernel import example
 
     ex = kp.KernelExample(B=2, H=4, G=2, Tq=9, Tk=11, D=7, dtype="float64", device="cpu",
                           seed=12, scale=1.0, causal=True)
-    q, k, v = kp._drawn(ex, 0)
+    q, k, v = example._drawn(ex, 0)
     values = torch.cat([t.flatten() for t in (q, k, v)])
     assert values.unique().numel() == values.numel()
-    pool = kp._pool()
+    pool = example._pool()
     for t in (q, k, v):
         assert t.untyped_storage().data_ptr() != pool.untyped_storage().data_ptr()
-    assert all(torch.equal(a, b) for a, b in zip(kp._drawn(ex, 0), (q, k, v), strict=True))
-    assert not torch.equal(kp._drawn(ex, 1)[0], q)
+    assert all(torch.equal(a, b) for a, b in zip(example._drawn(ex, 0), (q, k, v), strict=True))
+    assert not torch.equal(example._drawn(ex, 1)[0], q)
     assert abs(float(pool.mean())) < 2e-3 and abs(float(pool.std()) - 1) < 2e-3
-    big = kp._normal(ex, 5, kp.POOL_SIZE // 2 + 1)
-    assert big.numel() == kp.POOL_SIZE // 2 + 1 and abs(float(big.std()) - 1) < 5e-3
+    big = example._normal(ex, 5, example.POOL_SIZE // 2 + 1)
+    assert big.numel() == example.POOL_SIZE // 2 + 1 and abs(float(big.std()) - 1) < 5e-3
     assert big.untyped_storage().data_ptr() != pool.untyped_storage().data_ptr()
 
 
