@@ -2,7 +2,8 @@
 
 Reads, without importing attnspec (so the docs build needs no torch):
 - the catalogues, `PROPERTIES` in src/attnspec/properties/__init__.py and `KERNEL_PROPERTIES`
-  in src/attnspec/properties/kernel/__init__.py, with each check function's docstring and draw settings;
+  in src/attnspec/properties/kernel/__init__.py, with each check function's docstring and
+  draw settings;
 - the witnesses, the broken implementations in tests/broken/ and tests/kernels/broken/ whose
   `EXPECTED` names the property;
 - the hand-written halves, docs/reference/_properties.toml (what must hold, how, tolerance).
