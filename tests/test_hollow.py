@@ -50,3 +50,29 @@ def test_a_hollow_subject_gets_its_expected_verdict(path: Path) -> None:
         assert again.status == black_box and again.ok, again.summary()
         assert again.conclusion == "conforms (black-box: oracle not run)"
         assert again.to_json()["conclusion"] == again.conclusion
+
+
+def test_a_dtype_the_draws_missed_is_not_blamed_on_supports_spec() -> None:
+    """A module's supports(spec) never sees the dtype (AttentionSpec has none), so a run whose
+    accepted draws happened to be all float32 is not incomplete for dtypes (hf_qwen3_v2 at 8
+    examples in a checkout at another path was); a kernel's supports(case) does see it."""
+    from attnspec.common.options import RunOptions
+    from attnspec.common.report import PropertyResult
+    from attnspec.session.engine import Session, _State
+
+    here = Path(__file__).parent
+    for target, kernel_says in ((here / "good" / "hf_qwen3_v2.py", False),
+                                (here / "kernels" / "good" / "sdpa_minimal.py", True)):
+        with Session(str(target), RunOptions(database=False, dtypes=("float32", "bfloat16")),
+                     isolate=False) as session:
+            prop = "dtype"
+            state = _State(examples=8, declined=4)
+            ex = session.replay_example(prop, {**({"B": 1, "H": 2, "G": 2, "Tq": 4, "Tk": 4,
+                                                    "D": 8} if session.kernel else
+                                                   {"B": 1, "T": 4, "C": 16, "H": 2}),
+                                               "dtype": "float32"})
+            for _ in range(8):
+                state.drawn.add(prop, ex)
+            result = PropertyResult(id=prop, verdict="pass")
+            session._judge_coverage(prop, result, state, 8)
+            assert (result.verdict == "incomplete") is kernel_says, (target.name, result)

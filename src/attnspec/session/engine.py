@@ -688,8 +688,9 @@ class Session:
     def _judge_coverage(self, prop: str, result: PropertyResult, state: _State,
                         total: int) -> None:
         """A pass earned on degenerate examples, because the subject declined the others, is
-        incomplete: fewer than half the examples asked for, only one-token calls, or fewer
-        dtypes than the run checks. Without declines the draws are the run's own choice."""
+        incomplete: fewer than half the examples asked for, only one-token calls, or (a kernel,
+        whose supports(case) sees the dtype) fewer dtypes than the run checks. Without declines
+        the draws are the run's own choice."""
         if result.verdict != "pass" or not state.declined:
             return
         which = "supports(case)" if self.kernel else "supports(spec)"
@@ -709,7 +710,9 @@ class Session:
         elif state.examples < max(1, total // 2):
             why = (f"{lead}: only {state.examples} of the {total} examples asked for were "
                    "checked")
-        elif len(reached) < len(asked) and state.examples >= 2 * len(asked):
+        elif self.kernel and len(reached) < len(asked) and state.examples >= 2 * len(asked):
+            # Only a kernel's supports(case) sees the dtype: a module's supports(spec) cannot
+            # decline one, so a dtype its accepted draws missed is the draws' own chance.
             why = (f"{lead}: only {', '.join(reached)} of {', '.join(asked)} was checked; "
                    f"DTYPES = ({', '.join(f'torch.{d}' for d in reached)},) says so instead, "
                    "and the header then shows it")
