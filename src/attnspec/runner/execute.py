@@ -248,9 +248,6 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
             keywords[name] = step[name].to(device=device, dtype=torch.float32)
     if isinstance(keywords.get("window"), list):
         keywords["window"] = tuple(keywords["window"])
-    if step.get("lse"):  # LSEs come back in float32 (float64 for float64 inputs), as libraries do
-        _poison([tuple(step["lse_shape"])], torch.float32, device)
-    _poison([tuple(q.shape)], q.dtype, device)  # last: the block torch.empty(o) finds first
     shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", given, strict=True))
     shown = ", ".join(f"{k}={_shown(v)}" for k, v in keywords.items())
     strides = "".join(f" ({n} with stride 0 along the batch, as expand gives)" for n in broadcast)
@@ -262,12 +259,17 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
 
     versions = [t._version for t in given]  # an in-place write moves it, even if undone
     alongside = step.get("alongside")
-    if alongside is None:
+    other = None if alongside is None else [alongside[n].to(device) for n in "qkv"]
+    if alongside is not None and grad is not None:
+        raise RuntimeError("a kernel step with a call alongside takes no gradient")
+    # Just before the call, after this side's own allocations (its messages' strings above
+    # are malloc'd too, and could take the freed block the poison is for).
+    if step.get("lse"):  # LSEs come back in float32 (float64 for float64 inputs), as libraries do
+        _poison([tuple(step["lse_shape"])], torch.float32, device)
+    _poison([tuple(q.shape)], q.dtype, device)  # last: the block torch.empty(o) finds first
+    if other is None:
         result = _call(what, run)
     else:  # a second call on other inputs of the same shapes, made at once from another thread
-        if grad is not None:
-            raise RuntimeError("a kernel step with a call alongside takes no gradient")
-        other = [alongside[n].to(device) for n in "qkv"]
         result, other_result = _at_once(what, run, lambda: run(*other))
     written = ",".join(n for n, t, was in zip("qkv", given, versions, strict=True)
                        if t._version != was)
@@ -303,7 +305,7 @@ def _kernel(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
             raise _Fault(f"attention, called from a second thread at the same time, returned o "
                          f"of type {type(other_out).__module__}.{type(other_out).__qualname__}, "
                          "not a plain torch.Tensor.")
-        for name, t in (("o", out), ("lse", lse), *zip("qkv", other, strict=True)):
+        for name, t in (("o", out), ("lse", lse), *zip("qkv", other or (), strict=False)):
             if t is not None and _same_memory(other_out, t):
                 raise _Fault("attention, called from two threads at the same time, returned "
                              f"the second call's o in the memory of the first call's {name}: "
@@ -357,13 +359,13 @@ def _kernel_cache(state: Executed, step: Mapping[str, Any]) -> dict[str, Any]:
     for name in ("k", "v"):
         if step.get(name) is not None:
             keywords[name] = given[name] = step[name].to(device)
-    if step.get("lse"):
-        _poison([tuple(step["lse_shape"])], torch.float32, device)
-    _poison([tuple(q.shape)], q.dtype, device)
     shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in given.items())
     shown = ", ".join(f"{k}={_shown(v)}" for k, v in keywords.items()
                       if k not in ("k", "v"))
     what = f"attention_with_cache({shapes}, {shown}) raised"
+    if step.get("lse"):  # just before the call, as _kernel's
+        _poison([tuple(step["lse_shape"])], torch.float32, device)
+    _poison([tuple(q.shape)], q.dtype, device)
     result = _call(what, lambda: call(q, k_cache, v_cache, **keywords))
     if step.get("lse"):
         if not (isinstance(result, tuple | list) and len(result) == 2):
