@@ -202,8 +202,8 @@ def _at_once(what: str, first: Callable[[], _T], second: Callable[[], _T]) -> tu
         thread.start()
         gate.wait()
         value = _call(what, first)
+    finally:  # joined however the first call ends: nothing of it runs into the next step
         thread.join()
-    finally:
         sys.setswitchinterval(interval)
 
     def again() -> _T:
