@@ -162,6 +162,6 @@ def test_the_quick_pass_starts_no_twin_and_the_full_pass_does() -> None:
 
     with Session("attnspec.subjects.reference", RunOptions(database=False, seed=1)) as session:
         assert session.run("causality", max_examples=3, stream="quick").verdict == "pass"
-        assert session._twin_loading is None and session._twin is None
+        assert session.workers.twin_loading is None and session.workers.twin is None
         assert session.run("causality", max_examples=4).verdict == "pass"
-        assert session._twin_loading is not None  # started (it loads in a thread)
+        assert session.workers.twin_loading is not None  # started (it loads in a thread)

@@ -58,7 +58,8 @@ def test_a_dtype_the_draws_missed_is_not_blamed_on_supports_spec() -> None:
     examples in a checkout at another path was); a kernel's supports(case) does see it."""
     from attnspec.common.options import RunOptions
     from attnspec.common.report import PropertyResult
-    from attnspec.session.engine import Session, _State
+    from attnspec.session.engine import Session
+    from attnspec.session.verdicts import State
 
     here = Path(__file__).parent
     for target, kernel_says in ((here / "good" / "hf_qwen3_v2.py", False),
@@ -66,7 +67,7 @@ def test_a_dtype_the_draws_missed_is_not_blamed_on_supports_spec() -> None:
         with Session(str(target), RunOptions(database=False, dtypes=("float32", "bfloat16")),
                      isolate=False) as session:
             prop = "dtype"
-            state = _State(examples=8, declined=4)
+            state = State(examples=8, declined=4)
             ex = session.replay_example(prop, {**({"B": 1, "H": 2, "G": 2, "Tq": 4, "Tk": 4,
                                                     "D": 8} if session.kernel else
                                                    {"B": 1, "T": 4, "C": 16, "H": 2}),
@@ -74,5 +75,5 @@ def test_a_dtype_the_draws_missed_is_not_blamed_on_supports_spec() -> None:
             for _ in range(8):
                 state.drawn.add(prop, ex)
             result = PropertyResult(id=prop, verdict="pass")
-            session._judge_coverage(prop, result, state, 8)
+            session.judge_coverage(prop, result, state, 8)
             assert (result.verdict == "incomplete") is kernel_says, (target.name, result)

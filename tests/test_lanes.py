@@ -18,7 +18,8 @@ import pytest
 import attnspec
 from attnspec import UsageError
 from attnspec.common.options import RunOptions
-from attnspec.session.engine import _HALTED, Session
+from attnspec.session.engine import Session
+from attnspec.session.verdicts import HALTED
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -82,7 +83,7 @@ def test_a_pass_halted_by_another_propertys_failure_is_no_verdict() -> None:
 
         found = session.run("causality", halt_after_three)
         assert found.verdict == "not_run" and not found.ok
-        assert found.message.startswith(_HALTED), found.message
+        assert found.message.startswith(HALTED), found.message
         assert found.examples == 3, found.examples
         assert session.run("width").verdict == "not_run"  # and none starts after it
 
@@ -300,9 +301,10 @@ def test_full_passes_start_longest_first_by_their_quick_pass() -> None:
     from attnspec.session.lanes import Passes
 
     props = ["width", "oracle", "fresh_results", "causality"]
-    session = SimpleNamespace(twinned=set(), _twin=None)
+    session = SimpleNamespace(twinned=set(), workers=SimpleNamespace(twin=None))
     result = SimpleNamespace(properties=[PropertyResult(id=p) for p in props], failures=[])
-    passes = Passes(session, props, result, lambda: None, None, False, 10, [])  # type: ignore[arg-type]
+    other = SimpleNamespace(name="1")  # a second runner, never started: the order is the test
+    passes = Passes(session, props, result, lambda: None, None, False, 10, [other])  # type: ignore[arg-type, list-item]
     for seconds in (0.05, 0.12, 0.13, 0.02):
         job = passes._next("here")
         assert job is not None and job[1] == "quick"

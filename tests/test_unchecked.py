@@ -131,11 +131,11 @@ def test_a_subjects_own_world_sizes_are_used_unless_the_run_narrows_them(tmp_pat
     path.write_text("from attnspec import SpecAttention\nPROTOCOL = 2\nWORLD_SIZES = (3,)\n"
                     "build = SpecAttention\ndef shard_heads(module, mesh):\n    return module\n")
     with Session(str(path), RunOptions(database=False), isolate=False) as session:
-        assert session._worlds("tp_equivalence") == [3]
+        assert session.worlds("tp_equivalence") == [3]
         assert session.header()["world_sizes"] == [3]
     with Session(str(path), RunOptions(world_sizes=(2, 4), database=False),
                  isolate=False) as session:
-        assert session._skip_reason("tp_equivalence") == (
+        assert session.skip_reason("tp_equivalence") == (
             "this run's world_sizes [2, 4] exclude every one of the subject's WORLD_SIZES [3]: "
             "give one of those, or leave world_sizes out to use them all")
 
@@ -147,7 +147,7 @@ def test_runner_messages_name_the_option_as_the_front_end_spells_it() -> None:
     for flags, want in ((_FLAGS, "--attnspec-timeout 2 s"), (None, "timeout=2 s"),
                         ({"timeout": "--timeout"}, "--timeout 2 s")):
         with Session(_v2(), RunOptions(database=False), flags=flags) as session:
-            assert session._in_flags(said) == said.replace("timeout=2 s", want)
+            assert session.in_flags(said) == said.replace("timeout=2 s", want)
 
 
 # ---- the report's edges ---------------------------------------------------------------------

@@ -92,6 +92,7 @@ class Outcome:
     where: dict[str, int] | None = None
     notes: list[str] = field(default_factory=list)
     forwards: int = 0
+    raced: bool = False  # its failing call ran beside another call of the subject's, at once
 
     @property
     def failed(self) -> bool:

@@ -287,7 +287,7 @@ def _child(make_session: Callable[[], Session], quick_examples: int, prestart: b
                 result = session.run(prop, None, max_examples=quick_examples, stream="quick")
             else:
                 result = session.run_continuing(prop, progress, quick=request["quick"])
-            send({"result": asdict(result), "declined": session._declined.get(prop, 0)})
+            send({"result": asdict(result), "declined": session.declined.get(prop, 0)})
     except KeyboardInterrupt as interrupt:
         partial = getattr(interrupt, "partial_result", None)
         with contextlib.suppress(OSError):
@@ -326,18 +326,19 @@ def result_from(data: Any, lane: str) -> PropertyResult:
 
 
 class Passes:
-    """verify's passes over `lanes`, this process's Session among them (run in the calling
-    thread) and each forked Lane (a thread here waits on it). As in one runner: every quick
-    pass first, in order, then the full passes, each continuing its property's quick pass; a
-    property whose passes need the twin or the ranks runs here (they are this Session's)."""
+    """verify's one scheduler: its passes over this process's Session (run in the calling
+    thread) and each forked Lane, if any (a thread here waits on each). Every quick pass first,
+    in order, then the full passes, each continuing its property's quick pass; a property whose
+    passes need the twin or the ranks runs here (they are this Session's). `example`: a replay,
+    that one example of the one property instead of its passes."""
 
     def __init__(self, session: Session, props: list[str], result: Any,
                  save: Callable[[], None], show: Progress | None, exitfirst: bool,
-                 quick: int, lanes: list[Lane]) -> None:
+                 quick: int, lanes: list[Lane], example: Any = None) -> None:
         from ..properties import BY_ID
 
         self.session, self.props, self.result = session, props, result
-        self.save, self.exitfirst = save, exitfirst
+        self.save, self.exitfirst, self.example = save, exitfirst, example
         self.quick, self.quick_examples = bool(quick), quick  # examples per quick pass; 0: none
         self._show = show
         self.lanes = lanes
@@ -355,6 +356,7 @@ class Passes:
         self.error: BaseException | None = None  # the caller's progress callback raised this
         self.twin_started = False
         self.here_current: int | None = None
+        self.here_thread = threading.current_thread()
         self.threads = [threading.Thread(target=self._remote, args=(lane,), daemon=True,
                                          name=f"attnspec-lane-{lane.name}") for lane in lanes]
 
@@ -364,7 +366,7 @@ class Passes:
         with self.cond:
             if self.closed or self.error is not None:
                 return
-            if threading.current_thread() is threading.main_thread():
+            if threading.current_thread() is self.here_thread:
                 self._show(prop, done, total, found)
                 return
             try:  # a lane's progress: what the caller's callback raises ends the run, here
@@ -376,6 +378,7 @@ class Passes:
     def run(self) -> None:
         """Every pass, to the end or the first failure (exitfirst); Ctrl-C stops every lane,
         each keeping what its pass had found."""
+        self.here_thread = threading.current_thread()
         for thread in self.threads:
             thread.start()
         try:
@@ -386,8 +389,11 @@ class Passes:
                 if stream == "quick":
                     found = self.session.run(prop, None, max_examples=self.quick_examples,
                                              stream="quick")
-                else:
-                    found = self.session.run_continuing(prop, self.show, self.quick)
+                elif self.example is not None:
+                    found = self.session.replay(prop, self.example)
+                else:  # its quick pass again first, where another lane ran it
+                    found = self.session.run_continuing(
+                        prop, self.show, self.quick_ran.get(i, "here") != "here")
                 self.here_current = None
                 self._done("here", i, stream, found)
             for thread in self.threads:
@@ -434,10 +440,11 @@ class Passes:
                            if p.verdict == "not_run" and i not in self.started
                            and (not self.quick or i in self.quick_ran)
                            and (here or i not in self.here_only)]
-                if here and not self.twin_started and not self.quick_queue and any(
+                if here and not self.twin_started and not self.quick_queue and (
+                        self.quick or self.lanes) and any(
                         self.props[i] in self.session.twinned for i in self._unstarted()):
                     self.twin_started = True  # it loads while the passes that need none run
-                    self.session._start_twin()
+                    self.session.start_twin()
                 if pending:
                     i = min(pending, key=lambda j: self._preference(lane, j))
                     self.started.add(i)
@@ -466,10 +473,13 @@ class Passes:
         """Here, the passes that need the twin once it is loaded (else the others first, while
         it loads); then the longest first, by its quick pass's time (a long pass started last
         leaves the other lanes idle while it ends); then those whose quick pass ran in this
-        lane; then the order of the run."""
+        lane; then the order of the run. In one runner: those that need no twin first, while
+        it loads, and otherwise the order of the run."""
+        if not self.lanes:
+            return self.twin_started and self.props[i] in self.session.twinned, 0.0, False, i
         twin_first = False
         if lane == "here":
-            twin_first = (i in self.here_only) != (self.session._twin is not None)
+            twin_first = (i in self.here_only) != (self.session.workers.twin is not None)
         quick = self.quick_passed.get(i)
         longest_first = -quick.seconds if quick is not None else 0.0
         return twin_first, longest_first, self.quick_ran.get(i) != lane, i
@@ -593,7 +603,7 @@ class Passes:
                 if found.verdict == "not_run" and not halted_by_us:  # only halt() gives it
                     raise LaneLost("its pass was halted by a signal this run did not send")
                 declined = message.get("declined", 0)
-                self.session._declined[found.id] = declined if isinstance(
+                self.session.declined[found.id] = declined if isinstance(
                     declined, int) else 0
                 self._done(lane.name, i, stream, found)
                 break

@@ -102,57 +102,21 @@ def run(target: Any, options: RunOptions, props: list[str], *,
         if on_start is not None:
             on_start(result)
         _save(result, report)
-        quick_passed: dict[int, PropertyResult] = {}  # what stands if the full pass never runs
-        current: int | None = None
         quick = replay is None and session.max_examples > 2 * _QUICK_EXAMPLES
+        passes = Passes(session, props, result, lambda: _save(result, report), show, exitfirst,
+                        _QUICK_EXAMPLES if quick else 0, lanes, example)
         try:
-            if lanes:  # the same passes, over more runners
-                passes = Passes(session, props, result, lambda: _save(result, report), show,
-                                exitfirst, _QUICK_EXAMPLES if quick else 0, lanes)
-                quick_passed = passes.quick_passed
-                passes.run()
-            else:
-                for i, prop in enumerate(props if quick else ()):
-                    current = i
-                    found = session.run(prop, None, max_examples=_QUICK_EXAMPLES, stream="quick")
-                    if found.verdict == "pass":
-                        quick_passed[i] = found
-                    if not found.ok:  # final: the full pass would only find it again
-                        result.properties[i] = found
-                        if show is not None:
-                            show(prop, found.examples, found.examples, found)
-                        _save(result, report)
-                        if exitfirst:
-                            break
-                left = [i for i, p in enumerate(props) if result.properties[i].verdict == "not_run"]
-                if quick and not (exitfirst and result.failures) and any(
-                        props[i] in session.twinned for i in left):
-                    # The twin loads (1.7 s of CPU) while the full passes that need none run first.
-                    session._start_twin()
-                    left.sort(key=lambda i: props[i] in session.twinned)
-                for i in left:
-                    prop = props[i]
-                    if exitfirst and result.failures:
-                        break
-                    current = i
-                    if example is not None:
-                        result.properties[i] = session.replay(prop, example)
-                    else:
-                        result.properties[i] = session.run(prop, show)
-                    _save(result, report)
+            passes.run()
             result.partial = any(p.verdict == "not_run" for p in result.properties)
             result.error = session.nothing_checked(result.properties)
             result.running = False
-        except KeyboardInterrupt as interrupt:
-            partial = getattr(interrupt, "partial_result", None)
-            if isinstance(partial, PropertyResult) and current is not None:
-                result.properties[current] = partial
+        except KeyboardInterrupt:  # each pass under way kept its partial verdict (Passes.run)
             result.interrupted = True
             raise
         finally:  # an internal error leaves status running: the run did not finish
             _close_lanes(lanes)  # before the session: a lane's worker dies with its runner
             session.close()  # first: nothing the subject started is left to rewrite the report
-            for i, passed in quick_passed.items():
+            for i, passed in passes.quick_passed.items():
                 if result.properties[i].verdict == "not_run" and not result.properties[i].examples:
                     result.properties[i] = _quick_pass_only(passed, result.interrupted)
             if session.lane_notes:

@@ -617,6 +617,7 @@ def check_fresh_results(kern: Kernel) -> Outcome:
         if failed is not None:
             if n == 3 and _raced(kern, result, got[0]):
                 failed.message += RACE
+                failed.raced = True
             elif n and tol.max_abs_diff(result["o"], got[n - 1]["o"])[0] == 0:
                 key = ("address or version", "shape", "a checksum")[min(n, 3) - 1]
                 failed.message += (f"; it is exactly the previous call's o: the kernel "
@@ -646,6 +647,7 @@ def check_fresh_results(kern: Kernel) -> Outcome:
     if failed is not None:
         if _raced(kern, got[3], got[0]):
             failed.message += RACE
+            failed.raced = True
         return failed
     return _fresh_at_one_key(kern, first)
 
