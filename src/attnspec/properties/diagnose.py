@@ -31,8 +31,10 @@ from torch import Tensor
 
 from ..common.dtypes import dtype_from_name
 from ..reference import core
+from ..reference.module import merge_heads
+from ..reference.pieces import shifted_keys, spec_raw_scores, spec_window
 from ..reference.spec import ALiBi, AttentionSpec, RoPE
-from ..reference.variants import repeat_kv, spec_attention, spec_heads, visible
+from ..reference.variants import repeat_kv, spec_attention, spec_heads
 from . import tolerance as tol
 
 __all__ = ["GAIN", "Reference", "diagnose", "grouped_weights"]
@@ -198,46 +200,29 @@ def _hypotheses(spec: AttentionSpec, weights: Mapping[str, Tensor], T: int,
                           {k: v.T if k in projections else v for k, v in weights.items()})
 
 
-def _raw_scores(q: Tensor, k: Tensor, spec: AttentionSpec) -> Tensor:
-    """Scaled, capped, ALiBi-biased scores (the spec's own slopes), unmasked."""
-    scores = core.scores_of(q, k, spec.attn_scale)
-    if spec.softcap is not None:
-        scores = core.capped(scores, spec.softcap)
-    if isinstance(spec.positions, ALiBi):
-        T = q.size(-2)
-        slopes = torch.tensor(spec.positions.slopes_for(q.size(1)), dtype=scores.dtype)
-        i = torch.arange(T)[:, None]
-        j = torch.arange(T)[None, :]
-        scores = scores - slopes[:, None, None] * (i - j).to(scores.dtype)
-    return scores
-
-
 def _normalised(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, how: str,
                 ) -> Tensor:
     """The reference with the scores normalised the wrong way `how` (queries, after, or
-    unnormalised), in x's dtype."""
-    H, D = spec.n_head, spec.D
-    q, k, v = spec_heads(x, weights, spec, 0)  # the reference's own: q/k norms, RoPE
+    unnormalised) or masked one position off (next, own), in x's dtype: every other step is
+    the reference's own (projection, q/k norms, RoPE, scores, softmax over keys, attend)."""
+    H = spec.n_head
+    q, k, v = spec_heads(x, weights, spec, 0)
     k, v = repeat_kv(k, H), repeat_kv(v, H)
-    raw = _raw_scores(q, k, spec)
-    seen = visible(x.size(1), spec.window, x.device)
-    if how in ("next", "own"):  # the diagonal one position off, either way
-        T = x.size(1)
-        i = torch.arange(T, device=x.device)[:, None]
-        j = torch.arange(T, device=x.device)[None, :]
-        seen = (j <= i + 1) if how == "next" else (j < i)
-        if spec.window is not None:
-            seen = seen & (j > i - spec.window + (1 if how == "next" else 0))
-    masked = raw.masked_fill(~seen, float("-inf"))
+    raw = spec_raw_scores(q, k, spec, signed=True)  # as the mutants' subjects tilt
+    T = x.size(1)
+    index = torch.arange(T, device=x.device)
+    seen = (shifted_keys(T, spec.window, how, x.device) if how in ("next", "own") else
+            core.visible_keys(index, index, True, spec_window(spec.window), None))
+    masked = core.masked(raw, seen)
     if how in ("next", "own"):
-        attention = torch.softmax(masked, dim=-1).nan_to_num(0.0)  # a row with no key: 0
+        attention = core.softmax_keys(masked, None).nan_to_num(0.0)  # a row with no key: 0
     elif how == "queries":
         attention = torch.softmax(masked, dim=-2)
     elif how == "after":
-        attention = torch.softmax(raw, dim=-1) * seen
+        attention = core.softmax_keys(raw, None) * seen[:, None]
     else:
         attention = (masked - masked.amax(dim=-1, keepdim=True)).exp()
-    y = (attention @ v).transpose(1, 2).reshape(x.size(0), x.size(1), H * D)
+    y = merge_heads(core.attend(attention, v))
     return F.linear(y, weights["o_weight"], weights.get("o_bias"))
 
 

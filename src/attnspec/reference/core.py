@@ -49,9 +49,11 @@ def capped(scores: Float[Tensor, "B H Tq Tk"], softcap: float) -> Float[Tensor, 
 
 
 def tilted(scores: Float[Tensor, "B H Tq Tk"], slopes: Float[Tensor, " H"],
-           distance: Int[Tensor, "#B Tq Tk"]) -> Float[Tensor, "B H Tq Tk"]:
+           distance: Int[Tensor, "#B Tq Tk"], signed: bool = False) -> Float[Tensor, "B H Tq Tk"]:
     # |distance|: causal rows only see keys at or before them, where it is plain i - j.
-    far = distance.abs().to(scores.dtype)[:, None]
+    # `signed`: i - j itself, as a bias by key position alone gives it (Bloom's, MPT's) to the
+    # keys past the diagonal that a mask one off lets in.
+    far = (distance if signed else distance.abs()).to(scores.dtype)[:, None]
     return scores - slopes.to(device=scores.device, dtype=scores.dtype)[None, :, None, None] * far
 
 

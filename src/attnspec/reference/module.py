@@ -7,7 +7,7 @@ This is the oracle: the explicit path never calls `scaled_dot_product_attention`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Literal
 
@@ -77,11 +77,21 @@ _MAX_SIGNATURES = 256
 _CHECKED_SIGNATURES: set[tuple[object, ...]] = set()
 
 
-def _recorder(trace: ShapeTrace) -> Callable[[str, Tensor], None]:
+Note = Callable[..., None]  # note(stage, shape, remark=None): what a trace records
+
+
+def _unrecorded(stage: str, shape: Sequence[int], remark: str | None = None) -> None:
+    """The recorder of a forward that is not traced."""
+
+
+def _core_stages(note: Note) -> Callable[[str, Tensor], None] | None:
     """The core's stages for the v1 trace: scores and weights (v1 has no shared kv)."""
+    if note is _unrecorded:
+        return None  # the core then keeps no record at all
+
     def record(stage: str, t: Tensor) -> None:
         if stage != "shared kv":
-            trace.record(stage, tuple(t.shape))
+            note(stage, t.shape)
     return record
 
 
@@ -127,7 +137,7 @@ class CausalSelfAttention(nn.Module):
         self.kernel: Kernel = kernel
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
-        self._trace: ShapeTrace | None = None
+        self._note: Note = _unrecorded  # the trace's recorder while traced() runs
 
     if TYPE_CHECKING:
         # torch types Module.__call__ as Any; consumers get a Tensor out of attn(x).
@@ -168,49 +178,41 @@ class CausalSelfAttention(nn.Module):
 
     def _pipeline(self, x: Residual, steps: SimpleNamespace, *, explicit: bool,
                   keep_weights: list[Tensor] | None = None) -> Residual:
+        note = self._note
         x = steps.residual_input(x, self.n_embd)
-        trace = self._trace
-        if trace is not None:
-            trace.record("input", tuple(x.shape))
+        note("input", x.shape)
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        if trace is not None:
-            trace.record("projection", tuple(q.shape))
+        note("projection", q.shape)
         q = steps.split_heads(q, self.n_head)
         k = steps.split_heads(k, self.n_head)
         v = steps.split_heads(v, self.n_head)
-        if trace is not None:
-            trace.record("head split", tuple(q.shape))
+        note("head split", q.shape)
         if explicit:
             # The core's steps: scores, the causal mask, softmax over keys, attend.
             y, _ = core.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim),
-                                  record=None if trace is None else _recorder(trace),
-                                  keep=keep_weights, checked=steps is _CHECKED,
-                                  every_row_sees=True)
+                                  record=_core_stages(note), keep=keep_weights,
+                                  checked=steps is _CHECKED, every_row_sees=True)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            if trace is not None:
-                B, H, T, _ = q.shape
-                trace.record("scores", (B, H, T, T), "fused inside sdpa (not materialised)")
-                trace.record("weights", (B, H, T, T), "fused inside sdpa (not materialised)")
-        if trace is not None:
-            trace.record("attend", tuple(y.shape))
+            B, H, T, _ = q.shape
+            note("scores", (B, H, T, T), "fused inside sdpa (not materialised)")
+            note("weights", (B, H, T, T), "fused inside sdpa (not materialised)")
+        note("attend", y.shape)
         y = steps.merge_heads(y)
-        if trace is not None:
-            trace.record("merge", tuple(y.shape))
+        note("merge", y.shape)
         out: Residual = steps.residual_input(self.c_proj(y), self.n_embd)
-        if trace is not None:
-            trace.record("output projection", tuple(out.shape))
+        note("output projection", out.shape)
         return out
 
     def traced(self, x: Residual) -> tuple[Residual, ShapeTrace]:
         """Run forward once and return its output with the shape of every stage."""
         trace = ShapeTrace(self.n_embd, self.n_head)
-        self._trace = trace
+        self._note = lambda stage, shape, remark=None: trace.record(stage, tuple(shape), remark)
         try:
             out = self._pipeline(x, _CHECKED if TYPECHECK else _PLAIN,
                                  explicit=self.kernel == "explicit")
         finally:
-            self._trace = None
+            self._note = _unrecorded
         return out, trace
 
     def attention_weights(self, x: Residual) -> AttentionWeights:

@@ -128,10 +128,10 @@ def turn(t: Tensor, rope: RoPE, angle: Tensor, factor: float = 1.0) -> Tensor:
 def visible(T: int, window: int | None, device: torch.device) -> Bool[Tensor, "T T"]:
     """True where query i may see key j: j <= i, and i - window < j with a window."""
     index = torch.arange(T, device=device)
-    return core.visible_keys(index, index, True, _window(window), None)[0]
+    return core.visible_keys(index, index, True, spec_window(window), None)[0]
 
 
-def _window(window: int | None) -> core.Window | None:
+def spec_window(window: int | None) -> core.Window | None:
     # A spec's window w keeps w keys: the query's own and the w - 1 before it.
     return None if window is None else (window - 1, None)
 
@@ -142,18 +142,39 @@ def _alibi(spec: AttentionSpec, H: int, device: torch.device) -> Tensor | None:
     return torch.tensor(spec.positions.slopes_for(H), dtype=torch.float64, device=device)
 
 
-def spec_scores(
-    q: Float[Tensor, "B H T D"], k: Float[Tensor, "B H T D"], spec: AttentionSpec
+def spec_raw_scores(
+    q: Float[Tensor, "B H T D"], k: Float[Tensor, "B H T D"], spec: AttentionSpec,
+    signed: bool = False,
 ) -> Float[Tensor, "B H T T"]:
-    """The masked scores of self-attention as `spec` says (the core's first steps)."""
+    """The scores of self-attention as `spec` says, scaled, capped and tilted, not masked
+    (`signed`: ALiBi by signed distance, core.tilted says why)."""
     scores = core.scores_of(q, k, spec.attn_scale)
     if spec.softcap is not None:
         scores = core.capped(scores, spec.softcap)
     index = torch.arange(q.size(-2), device=q.device)
     slopes = _alibi(spec, q.size(1), q.device)
     if slopes is not None:
-        scores = core.tilted(scores, slopes, (index[:, None] - index[None, :])[None])
-    return core.masked(scores, core.visible_keys(index, index, True, _window(spec.window), None))
+        scores = core.tilted(scores, slopes, (index[:, None] - index[None, :])[None], signed)
+    return scores
+
+
+def spec_scores(
+    q: Float[Tensor, "B H T D"], k: Float[Tensor, "B H T D"], spec: AttentionSpec
+) -> Float[Tensor, "B H T T"]:
+    """The masked scores of self-attention as `spec` says (the core's first steps)."""
+    index = torch.arange(q.size(-2), device=q.device)
+    return core.masked(spec_raw_scores(q, k, spec),
+                       core.visible_keys(index, index, True, spec_window(spec.window), None))
+
+
+def shifted_keys(T: int, window: int | None, how: str, device: torch.device,
+                 ) -> Bool[Tensor, "1 T T"]:
+    """The mask one position off: "next", the diagonal and window one key later (each query
+    sees the next key too); "own", each query's own key dropped (the window's first kept)."""
+    index = torch.arange(T, device=device)
+    shift, narrower = (1, 0) if how == "next" else (-1, 1)
+    left = None if window is None else (window - 1 - narrower, None)
+    return core.visible_keys(index + shift, index, True, left, None)
 
 
 def sink_softmax(
@@ -170,6 +191,6 @@ def spec_core(q: Tensor, k: Tensor, v: Tensor, spec: AttentionSpec, **where: Any
     masks, sinks, record, keep, or other slopes, as `core.attention` takes them)."""
     where.setdefault("alibi", _alibi(spec, q.size(1), q.device))
     return core.attention(q, k, v, scale=spec.attn_scale, softcap=spec.softcap,
-                          window=_window(spec.window), **where)
+                          window=spec_window(spec.window), **where)
 
 

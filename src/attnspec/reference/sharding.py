@@ -161,29 +161,22 @@ def _part(bias: Tensor | None, rows: slice) -> Tensor | None:
 
 def _block(q: Tensor, k: Tensor, v: Tensor, spec: AttentionSpec, slopes: Tensor | None,
            q_pos: Tensor, k_pos: Tensor, merge: torch.dtype) -> tuple[Tensor, Tensor]:
-    """One ring step: queries at global positions q_pos on the keys and values held at k_pos;
-    the output (x's dtype) and log-sum-exp (`merge` dtype), zero and -inf where a query sees
-    no key of the block."""
+    """One ring step, the core on one block: queries at global positions q_pos on the keys
+    and values held at k_pos; the output (x's dtype) and log-sum-exp (`merge` dtype), zero
+    and -inf where a query sees no key of the block."""
     import torch
 
-    from .core import attend, repeat_kv, softmax_keys
+    from . import core
+    from .pieces import spec_core, spec_window
 
-    H = q.size(1)
-    k, v = repeat_kv(k, H), repeat_kv(v, H)
-    scores = (q @ k.transpose(-2, -1)) * spec.attn_scale
-    if spec.softcap is not None:
-        scores = spec.softcap * torch.tanh(scores / spec.softcap)
-    if slopes is not None:
-        scores = scores - slopes[:, None, None] * (q_pos[:, None] - k_pos[None, :]).to(
-            scores.dtype)
-    seen = k_pos[None, :] <= q_pos[:, None]
-    if spec.window is not None:
-        seen = seen & (q_pos[:, None] - spec.window < k_pos[None, :])
-    some = seen.any(dim=-1, keepdim=True)
-    # A row that sees nothing gets finite scores, zero weights and -inf lse: no NaN either way.
-    scores = scores.masked_fill(~seen, float("-inf")).masked_fill(~some, 0.0)
-    out = attend(softmax_keys(scores, None) * some, v)
-    lse = torch.logsumexp(scores.to(merge), dim=-1, keepdim=True)
+    kept: dict[str, Tensor] = {}
+    out, _ = spec_core(q, k, v, spec, alibi=slopes, q_index=q_pos, k_index=k_pos,
+                       record=kept.__setitem__)
+    some = core.visible_keys(q_pos, k_pos, True, spec_window(spec.window), None)[0].any(
+        dim=-1, keepdim=True)
+    # The blocks merge in `merge`, so the LSE is taken there from the core's masked scores.
+    lse = torch.logsumexp(kept["scores"].masked_fill(~some, 0.0).to(merge), dim=-1,
+                          keepdim=True)
     return out, lse.masked_fill(~some, float("-inf"))
 
 
