@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import Tensor
 
 from .._errors import UsageError
 from ..reference.module import CausalSelfAttention
@@ -145,7 +146,7 @@ def _figure(
     _import_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch, Polygon
+    from matplotlib.patches import Patch
 
     T = seq
     H = weights.size(0)
@@ -162,7 +163,6 @@ def _figure(
     # Balanced rows: 8 heads are drawn 4 + 4, not 6 + 2.
     cols = math.ceil(H / rows)
     panel = min(max(1.6 + 0.45 * T, 3.0), 6.0)
-    labelled = T <= MAX_LABELLED_T
     # About a third of a cell's height in points, so "0.00" fits inside its cell.
     fontsize = min(11.0, 0.3 * 72 * 0.85 * panel / T)
     if spec is None:
@@ -200,45 +200,8 @@ def _figure(
         if h >= H:
             ax.set_axis_off()
             continue
-        w = weights[h]
-        shown = w.masked_fill(hidden, float("nan")).numpy()
-        image = ax.imshow(shown, cmap=CMAP, vmin=0.0, vmax=1.0, interpolation="nearest")
-        if T > 1:
-            # Future keys are hatched grey, not just dark: they are masked, not merely unlikely.
-            ax.add_patch(Polygon(_masked_outline(T), closed=True, facecolor=MASKED_COLOUR,
-                                 edgecolor=MASKED_HATCH_COLOUR, hatch="///", linewidth=0.0,
-                                 label="masked"))
-        if window is not None:
-            # Hatched the other way: masked as firmly as the future, for another reason.
-            ax.add_patch(Polygon(_window_outline(T, window), closed=True,
-                                 facecolor=MASKED_COLOUR, edgecolor=MASKED_HATCH_COLOUR,
-                                 hatch=WINDOW_HATCH, linewidth=0.0, label="outside the window"))
-        if labelled:
-            for i in range(T):
-                for j in range(i + 1):
-                    if hidden[i, j]:
-                        continue
-                    value = float(w[i, j])
-                    # Dark text on the bright end of viridis, white on the dark end.
-                    colour = "black" if value > 0.6 else "white"
-                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=colour,
-                            fontsize=fontsize)
-        ticks = _ticks(T)
-        names = [f"t={t}" for t in ticks]  # 0-based, as in messages and indices
-        ax.set_xticks(ticks, names)
-        ax.set_yticks(ticks, names)
-        ax.tick_params(labelbottom=True, labelleft=True, length=0)
-        ax.set_xlabel("key position")
-        ax.set_ylabel("query position")
-        ax.set_title(_panel_title(h, spec, H, D), fontsize=11)
-        # Thin white grid lines between cells keep neighbouring weights apart.
-        ax.set_xticks([t - 0.5 for t in range(1, T)], minor=True)
-        ax.set_yticks([t - 0.5 for t in range(1, T)], minor=True)
-        ax.grid(which="minor", color="white", linewidth=1.0 if T <= 32 else 0.0)
-        ax.tick_params(which="minor", length=0)
-        for spine in ax.spines.values():
-            spine.set_visible(False)
-
+        image = _panel(ax, weights[h], hidden, window, fontsize,
+                       title=_panel_title(h, spec, H, D))
     fig.suptitle(suptitle, fontsize=12)
     if image is not None:
         bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, pad=0.02)
@@ -252,6 +215,53 @@ def _figure(
                                 f"(key <= query - {window}): masked, weight 0"))
     fig.legend(handles=keys, loc="outside lower center", frameon=False, fontsize=10)
     return fig
+
+
+def _panel(ax: Any, w: Tensor, hidden: Tensor, window: int | None, fontsize: float, *,
+           title: str) -> Any:
+    """One head's panel: its (T, T) weights, the masked keys hatched, the values written in
+    the cells where they fit; the image, for the colour bar."""
+    T = w.size(0)
+    from matplotlib.patches import Polygon
+
+    shown = w.masked_fill(hidden, float("nan")).numpy()
+    image = ax.imshow(shown, cmap=CMAP, vmin=0.0, vmax=1.0, interpolation="nearest")
+    if T > 1:
+        # Future keys are hatched grey, not just dark: they are masked, not merely unlikely.
+        ax.add_patch(Polygon(_masked_outline(T), closed=True, facecolor=MASKED_COLOUR,
+                             edgecolor=MASKED_HATCH_COLOUR, hatch="///", linewidth=0.0,
+                             label="masked"))
+    if window is not None:
+        # Hatched the other way: masked as firmly as the future, for another reason.
+        ax.add_patch(Polygon(_window_outline(T, window), closed=True,
+                             facecolor=MASKED_COLOUR, edgecolor=MASKED_HATCH_COLOUR,
+                             hatch=WINDOW_HATCH, linewidth=0.0, label="outside the window"))
+    if T <= MAX_LABELLED_T:
+        for i in range(T):
+            for j in range(i + 1):
+                if hidden[i, j]:
+                    continue
+                value = float(w[i, j])
+                # Dark text on the bright end of viridis, white on the dark end.
+                colour = "black" if value > 0.6 else "white"
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=colour,
+                        fontsize=fontsize)
+    ticks = _ticks(T)
+    names = [f"t={t}" for t in ticks]  # 0-based, as in messages and indices
+    ax.set_xticks(ticks, names)
+    ax.set_yticks(ticks, names)
+    ax.tick_params(labelbottom=True, labelleft=True, length=0)
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+    ax.set_title(title, fontsize=11)
+    # Thin white grid lines between cells keep neighbouring weights apart.
+    ax.set_xticks([t - 0.5 for t in range(1, T)], minor=True)
+    ax.set_yticks([t - 0.5 for t in range(1, T)], minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.0 if T <= 32 else 0.0)
+    ax.tick_params(which="minor", length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    return image
 
 
 def plot_heads(

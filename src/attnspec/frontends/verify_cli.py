@@ -467,24 +467,10 @@ def _run_one(args: argparse.Namespace) -> int:
 
 def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
                 stop: _Stop) -> int:
-    from ..runner import spawn
-    from ..runner.isolation import is_subreaper
-
-    # Workers forked from a zygote start with torch imported; where this process cannot fork
-    # one, the first worker imports torch while this process does (two cores, half the wait).
-    forking = (spawn.fork_unsafe_reason() is None and is_subreaper() and "torch" not in sys.modules
-               and os.environ.get("ATTNSPEC_EXEC_WORKERS", "") in ("", "0"))
-    if forking:  # OpenMP reads it once, as torch loads: the zygote's copies keep it
-        os.environ.update(spawn.worker_env(dict(os.environ)))
-    elif args.worker_user is None:  # another user's starts with the session
-        spawn.prestart()
+    _start_workers(args)
     from ..common.report import progress_printer
-    from ..runner.worker import main as worker_main
     from ..session.engine import FRONT_END_FLAGS
     from .api import verify
-
-    if forking and spawn.start_zygote(worker_main) and args.worker_user is None:
-        spawn.prestart()
 
     dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]
     replay = None if args.replay is None else _replay_object(args.replay)
@@ -531,22 +517,52 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
         return EXIT_USAGE
     except KeyboardInterrupt:
         stop.stopping = True  # from here on a stop signal waits for the report
-        so_far = started[0] if started else _blank_report(args, interrupted=True)
-        name = signal.Signals(stop.signum).name if stop.signum else None
-        renamed = name is not None and _name_the_signal(so_far, name)
-        if plain or (renamed and args.report):
-            _write_report(so_far, args.report)  # again, saying which signal it was
-        if started:
-            print("\n" + so_far.summary(), file=out, flush=True)
-        kept = (f"; the report so far is in {args.report}, marked interrupted" if args.report
-                else "")
-        if so_far.write_error is not None:
-            kept = f"; the report could not be written to {printable(so_far.write_error)}"
-        how = f" by {name}" if name else ""
-        print(f"\nattnspec verify: interrupted{how}{kept}.", file=err)
-        return 128 + stop.signum if stop.signum else EXIT_INTERRUPTED
+        return _interrupted(args, stop, started[0] if started else None, plain, out, err)
     finally:
         FRONT_END_FLAGS.reset(named)
+    return _finish(args, report, plain, out, err)
+
+
+def _start_workers(args: argparse.Namespace) -> None:
+    """Workers forked from a zygote start with torch imported; where this process cannot fork
+    one, the first worker imports torch while this process does (two cores, half the wait)."""
+    from ..runner import spawn
+    from ..runner.isolation import is_subreaper
+
+    forking = (spawn.fork_unsafe_reason() is None and is_subreaper() and "torch" not in sys.modules
+               and os.environ.get("ATTNSPEC_EXEC_WORKERS", "") in ("", "0"))
+    if forking:  # OpenMP reads it once, as torch loads: the zygote's copies keep it
+        os.environ.update(spawn.worker_env(dict(os.environ)))
+    elif args.worker_user is None:  # another user's starts with the session
+        spawn.prestart()
+    from ..runner.worker import main as worker_main
+
+    if forking and spawn.start_zygote(worker_main) and args.worker_user is None:
+        spawn.prestart()
+
+
+def _interrupted(args: argparse.Namespace, stop: _Stop, started: Report | None, plain: bool,
+                 out: _SafeStream, err: _SafeStream) -> int:
+    """Ctrl-C or a stop signal: the report so far kept, saying which, and the exit status."""
+    so_far = started if started is not None else _blank_report(args, interrupted=True)
+    name = signal.Signals(stop.signum).name if stop.signum else None
+    renamed = name is not None and _name_the_signal(so_far, name)
+    if plain or (renamed and args.report):
+        _write_report(so_far, args.report)  # again, saying which signal it was
+    if started is not None:
+        print("\n" + so_far.summary(), file=out, flush=True)
+    kept = (f"; the report so far is in {args.report}, marked interrupted" if args.report
+            else "")
+    if so_far.write_error is not None:
+        kept = f"; the report could not be written to {printable(so_far.write_error)}"
+    how = f" by {name}" if name else ""
+    print(f"\nattnspec verify: interrupted{how}{kept}.", file=err)
+    return 128 + stop.signum if stop.signum else EXIT_INTERRUPTED
+
+
+def _finish(args: argparse.Namespace, report: Report, plain: bool, out: _SafeStream,
+            err: _SafeStream) -> int:
+    """After the run: the HTML and JSON reports written, the summary, the exit status."""
     if args.html:
         from .html_report import attach_pictures, write_html
 

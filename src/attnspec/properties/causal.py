@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -348,14 +348,7 @@ def check_mixing(ctx: Context, ex: Example) -> Outcome:
     inner = sorted({c for c in ex.cuts if first + 1 < c < t - 1})[:_MIX_SOURCES - 3]
     sources = sorted({first, min(first + 1, t - 1), t - 1, *inner})
     x = _inputs(ex, salt=_BASE["mixing"])
-    changed = []
-    for i, s in enumerate(sources):
-        for way in range(_MIX_WAYS // 2):
-            fresh = _inputs(ex, salt=27_100 + 10 * i + way)[:, s] * _MIX_GAIN
-            for sign in (1.0, -1.0):
-                xt = x.clone()
-                xt[:, s] = sign * fresh
-                changed.append(xt)
+    changed = _mixing_copies(ex, x, sources)
 
     def at_t(*outs: Tensor) -> float:  # the scale of the values compared, the outputs at t
         return float(torch.cat([o[:, t] for o in outs]).abs().max()) if x.numel() else 1.0
@@ -386,19 +379,13 @@ def check_mixing(ctx: Context, ex: Example) -> Outcome:
     # Not clear: every copy against x at the copies' own offsets, x in one process and the
     # copies in the other, with the reference's view of where a change must show.
     same, moved = torch.cat([x] * len(changed)), torch.cat(changed)
-    shows: list[bool] | None = None
+    weights = None
     if has_export:
         (exported,) = ctx.request(ex, [{"op": "export"}])
         weights = weights_in(_checked_weights(exported, ex), x.double())
     ctx.submit_apart(ex, [{"op": "forward", "x": same}], [{"op": "forward", "x": moved}])
-    if has_export:
-        with torch.no_grad():  # while the subject runs
-            ref_same = spec_attention(x[:, :t + 1].double(), weights, spec)[:, t]
-            ref_moved = spec_attention(moved[:, :t + 1].double(), weights, spec)[:, t]
-        floor = 4 * tol.floor(ex.dtype, float(ref_same.abs().max()))
-        ref_same = ref_same.repeat(len(changed), 1)
-        shows = [max(_row_change(ref_moved, ref_same, ex.B, _MIX_WAYS * i + k)
-                     for k in range(_MIX_WAYS)) > floor for i in range(len(sources))]
+    shows = None if weights is None else _reference_shows(  # while the subject runs
+        ex, x, moved, weights, t, len(sources))
     mine, theirs = ctx.collect_apart()
     (same1,), (moved1,) = _outputs([same], mine), _outputs([moved], theirs)
     _finite("mixing", "forward", same1, moved1)
@@ -432,8 +419,46 @@ def check_mixing(ctx: Context, ex: Example) -> Outcome:
     worst = max(found[sources.index(s)] for s in still)
     _steady("mixing", ex, f"changing the input at positions {still} moved the output at t={t} "
             f"by at most {worst:.3g}", jitter, scale)
-    reached = [s for s in sources if s not in still]
-    if not reached and len(sources) == 1:
+    what = _unreached_why(ex, t, still, [s for s in sources if s not in still])
+    moved_by = found[sources.index(still[0])]
+    return _fail(f"changing the input at position {still[0]} (fresh values x{_MIX_GAIN:g}, two "
+                 f"directions, either sign) moved the output at t={t} by {moved_by:.3g}"
+                 f" (it must move by more than the subject's own jitter x{tol.K:g}, "
+                 f"{allowed:.3g}): {what}.", None, allowed, None, still[0])
+
+
+def _reference_shows(ex: Example, x: Tensor, moved: Tensor, weights: Any, t: int,
+                     sources: int) -> list[bool]:
+    """Per source, whether the reference's own output at t moves (past 4 floors of the dtype)
+    when that source's copies change x: where it does not, the subject's is not judged."""
+    spec = ex.attention
+    with torch.no_grad():
+        ref_same = spec_attention(x[:, :t + 1].double(), weights, spec)[:, t]
+        ref_moved = spec_attention(moved[:, :t + 1].double(), weights, spec)[:, t]
+    floor = 4 * tol.floor(ex.dtype, float(ref_same.abs().max()))
+    ref_same = ref_same.repeat(moved.size(0) // x.size(0), 1)
+    return [max(_row_change(ref_moved, ref_same, ex.B, _MIX_WAYS * i + k)
+                for k in range(_MIX_WAYS)) > floor for i in range(sources)]
+
+
+def _mixing_copies(ex: Example, x: Tensor, sources: list[int]) -> list[Tensor]:
+    """Copies of x, each with fresh values x8 at one source position: _MIX_WAYS // 2 directions
+    per source, each with either sign (+ then -)."""
+    changed = []
+    for i, s in enumerate(sources):
+        for way in range(_MIX_WAYS // 2):
+            fresh = _inputs(ex, salt=27_100 + 10 * i + way)[:, s] * _MIX_GAIN
+            for sign in (1.0, -1.0):
+                xt = x.clone()
+                xt[:, s] = sign * fresh
+                changed.append(xt)
+    return changed
+
+
+def _unreached_why(ex: Example, t: int, still: list[int], reached: list[int]) -> str:
+    """What it means that the positions `still` do not reach t while `reached` do."""
+    spec = ex.attention
+    if not reached and len(still) == 1:
         what = ("the only earlier position does not reach it: the first key is dropped, or the "
                 "output at each position depends on that position alone (the identity, a "
                 "per-position map such as a Linear), which is not attention")
@@ -452,11 +477,7 @@ def check_mixing(ctx: Context, ex: Example) -> Outcome:
         what = (f"positions {still} do not reach it, though {reached} do: the subject attends "
                 f"to at most the last {span} key{'s' * (span != 1)}, and the spec declares "
                 f"{declared}")
-    moved_by = found[sources.index(still[0])]
-    return _fail(f"changing the input at position {still[0]} (fresh values x{_MIX_GAIN:g}, two "
-                 f"directions, either sign) moved the output at t={t} by {moved_by:.3g}"
-                 f" (it must move by more than the subject's own jitter x{tol.K:g}, "
-                 f"{allowed:.3g}): {what}.", None, allowed, None, still[0])
+    return what
 
 
 def _row_change(a: Tensor, b: Tensor, B: int, block: int) -> float:

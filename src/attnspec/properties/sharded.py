@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -150,17 +151,103 @@ def _close(what: str, got: Tensor, want: Tensor, own: float, yard: float, ex: Ex
     return (err, allowed, index) if err > allowed else None
 
 
+@dataclass
+class _Ranks:
+    """One sharded example's ranks as the checks compare them: which positions each holds,
+    its results, and how a failure names the rank to blame."""
+
+    ex: Example
+    kind: str  # "heads" or "positions"
+    layout: str
+    held: list[list[int]]  # each rank's positions
+    results: list[dict[str, Any]]
+
+    @property
+    def W(self) -> int:  # noqa: N802 - the world size, as everywhere
+        return len(self.held)
+
+    @property
+    def hook(self) -> str:
+        return "shard_heads" if self.kind == "heads" else "shard_positions"
+
+    def assembled(self, key: str) -> list[tuple[int, Tensor]]:
+        """(rank, the full tensor by that rank): TP ranks each give it all; CP ranks their
+        positions, put back in place."""
+        ex, W = self.ex, self.W
+        for r, res in enumerate(self.results):
+            if res[key] is None:
+                raise SubjectFault(f"rank {r} of {W}: d(output)/d(input) is missing (the "
+                                   "sharded output does not depend on the input).")
+            want = (ex.B, len(self.held[r]), ex.C)
+            if tuple(res[key].shape) != want:
+                raise SubjectFault(f"rank {r} of {W}: {self.hook}'s module returned "
+                                   f"{'output' if key == 'out' else 'input gradient'} of shape "
+                                   f"{tuple(res[key].shape)} for input {want}.")
+        if self.kind == "heads":
+            return [(r, res[key]) for r, res in enumerate(self.results)]
+        whole = torch.empty((ex.B, ex.T, ex.C), dtype=self.results[0][key].dtype)
+        for idx, res in zip(self.held, self.results, strict=True):
+            whole[:, idx] = res[key]
+        return [(-1, whole)]
+
+    def owner(self, index: tuple[int, ...] | None) -> int:
+        if index is None or self.kind == "heads":
+            return -1
+        return next(r for r, idx in enumerate(self.held) if index[1] in idx)
+
+    def failure(self, what: str, r: int, found: tuple[float, float, tuple[int, ...] | None],
+                ) -> Outcome:
+        err, allowed, index = found
+        r = self.owner(index) if r < 0 else r
+        who = f"rank {r} of {self.W}" if r >= 0 else f"{self.W} ranks"  # r < 0: no position
+        where = _where(index) or {}
+        if r >= 0:
+            where["rank"] = r
+        layout_note = f", {self.layout} layout" if self.kind == "positions" else ""
+        return Outcome("fail", f"{what} on {who} ({self.hook}{layout_note}) differs from "
+                       f"the unsharded module's by {err:.3g}, allowed {allowed:.3g}"
+                       f"{_at(index)}.", err, allowed, where or None)
+
+
+_Golden = tuple[float, float, float, tuple[Tensor, Tensor]]
+
+
+def _own_error(value: Tensor, value64: Tensor | None) -> float:
+    """How far the unsharded module's own run is from its float64 run (0: none was made)."""
+    if value64 is not None and value64.shape != value.shape:
+        raise SubjectFault(f"the unsharded module's float64 run gave shape "
+                           f"{tuple(value64.shape)} where its own run gave "
+                           f"{tuple(value.shape)}.")
+    return 0.0 if value64 is None else tol.max_abs_diff(value, value64)[0]
+
+
 def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
     from ..reference.sharding import shard_positions_of
 
     if ctx.gangs is None or not ex.world:
         raise SubjectFault("a sharded example needs ranks; this executor has none.")
-    W, hook = ex.world, "shard_heads" if kind == "heads" else "shard_positions"
+    W = ex.world
     layout = _info(ctx, "cp_layout", "head_tail")
     x, cotangent = _inputs(ex, salt=9100), _inputs(ex, salt=9200)
     held = ([list(range(ex.T))] * W if kind == "heads"
             else [shard_positions_of(ex.T, r, W, layout) for r in range(W)])
+    ranks, mine, own64, shared, golden, yards = _run_sharded(ctx, ex, kind, layout, held, x,
+                                                             cotangent)
+    return (_against_unsharded(ranks, mine, own64, shared, yards)
+            or _against_golden(ranks, mine, shared, golden)
+            or _param_grads(ranks, mine, own64, yards))
+
+
+def _run_sharded(ctx: Context, ex: Example, kind: str, layout: str, held: list[list[int]],
+                 x: Tensor, cotangent: Tensor) -> tuple[
+                     _Ranks, dict[str, Any], dict[str, Any] | None, Any, _Golden | None,
+                     tuple[float, float, float]]:
+    """The ranks' sharded run and, beside it, the unsharded module's (and its float64 run,
+    and the golden on its exported weights, where it exports them), checked as answers."""
+    W = len(held)
+    hook = "shard_heads" if kind == "heads" else "shard_positions"
     build = {**ex.build(), "shard": kind}
+    assert ctx.gangs is not None
     gang = ctx.gangs(W)
     gang.submit([{"build": build, "steps": [{"op": "sharded_grad", "x": x[:, idx],
                                               "cotangent": cotangent[:, idx]}]}
@@ -171,7 +258,7 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
     ctx.submit(ex, [*([{"op": "export"}] if export else []),
                     {"op": "grad", "x": x, "cotangent": cotangent, "params": True}])
     claimed = getattr(getattr(ctx.executor, "info", None), "dtypes", None)
-    golden: tuple[float, float, float, tuple[Tensor, Tensor]] | None = None
+    golden: _Golden | None = None
     try:
         *exported, mine = ctx.collect()
         shared = _checked_weights(exported[0], ex) if exported else None
@@ -208,137 +295,122 @@ def _check_sharded(ctx: Context, ex: Example, kind: str) -> Outcome:
         except BadAnswer as bad:
             gang.restart_later()  # its next answer cannot be matched to a request
             raise SubjectFault(str(bad)) from None
-    results = [a["results"][0] for a in answers]
     if mine["grad_x"] is None:
         raise SubjectFault("the unsharded module's output does not depend on its input through "
                            "autograd, so gradients cannot be compared.")
-    shape = tuple(x.shape)
+    ranks = _Ranks(ex, kind, layout, held, [a["results"][0] for a in answers])
+    return ranks, mine, own64, shared, golden, (yards[0], yards[1], yards[2])
 
-    def assembled(key: str) -> list[tuple[int, Tensor]]:
-        """(rank, the full tensor by that rank): TP ranks each give it all; CP ranks their
-        positions, put back in place."""
-        for r, res in enumerate(results):
-            if res[key] is None:
-                raise SubjectFault(f"rank {r} of {W}: d(output)/d(input) is missing (the "
-                                   "sharded output does not depend on the input).")
-            want = (ex.B, len(held[r]), ex.C)
-            if tuple(res[key].shape) != want:
-                raise SubjectFault(f"rank {r} of {W}: {hook}'s module returned "
-                                   f"{'output' if key == 'out' else 'input gradient'} of shape "
-                                   f"{tuple(res[key].shape)} for input {want}.")
-        if kind == "heads":
-            return [(r, res[key]) for r, res in enumerate(results)]
-        whole = torch.empty(shape, dtype=results[0][key].dtype)
-        for idx, res in zip(held, results, strict=True):
-            whole[:, idx] = res[key]
-        return [(-1, whole)]
 
-    def owner(index: tuple[int, ...] | None) -> int:
-        if index is None or kind == "heads":
-            return -1
-        return next(r for r, idx in enumerate(held) if index[1] in idx)
-
-    def failure(what: str, r: int, found: tuple[float, float, tuple[int, ...] | None],
-                ) -> Outcome:
-        err, allowed, index = found
-        r = owner(index) if r < 0 else r
-        who = f"rank {r} of {W}" if r >= 0 else f"{W} ranks"  # r < 0: no position to blame
-        where = _where(index) or {}
-        if r >= 0:
-            where["rank"] = r
-        layout_note = f", {layout} layout" if kind == "positions" else ""
-        return Outcome("fail", f"{what} on {who} ({hook}{layout_note}) differs from "
-                       f"the unsharded module's by {err:.3g}, allowed {allowed:.3g}"
-                       f"{_at(index)}.", err, allowed, where or None)
-
-    def own_error(value: Tensor, value64: Tensor | None) -> float:
-        if value64 is not None and value64.shape != value.shape:
-            raise SubjectFault(f"the unsharded module's float64 run gave shape "
-                               f"{tuple(value64.shape)} where its own run gave "
-                               f"{tuple(value.shape)}.")
-        return 0.0 if value64 is None else tol.max_abs_diff(value, value64)[0]
-
+def _against_unsharded(ranks: _Ranks, mine: dict[str, Any], own64: dict[str, Any] | None,
+                       shared: Any, yards: tuple[float, float, float]) -> Outcome | None:
+    """The ranks' output and input gradient against the unsharded module's run."""
+    ex = ranks.ex
     for key, what, yard in (("out", "the output", yards[0]),
                             ("grad_x", "d(output)/d(input)", yards[1])):
-        own = own_error(mine[key], None if own64 is None else own64[key])
-        ranks = assembled(key)
-        for r, got in ranks:
+        own = _own_error(mine[key], None if own64 is None else own64[key])
+        assembled = ranks.assembled(key)
+        for r, got in assembled:
             found = _close(what, got, mine[key], own, yard, ex)
             if found is not None:
-                r, why = _blamed(key, r, [t for _, t in ranks], mine[key], shared, ex, found[0])
-                wrong = failure(what.capitalize() if key == "out" else what, r, found)
+                r, why = _blamed(key, r, [t for _, t in assembled], mine[key], shared, ex,
+                                 found[0])
+                wrong = ranks.failure(what.capitalize() if key == "out" else what, r, found)
                 wrong.message += why
                 return wrong
-    if golden is not None:
-        for key, what, yard, want in (("out", "the output", golden[0], golden[3][0]),
-                                      ("grad_x", "d(output)/d(input)", golden[1], golden[3][1])):
-            ranks = assembled(key)
-            for r, got in ranks:
-                err, index = tol.max_abs_diff(got, want)
-                allowed = tol.allowed(yard, ex.dtype, float(want.abs().max()))
-                if err > allowed:
-                    beside = tol.max_abs_diff(mine[key], want)[0]
-                    r, why = _blamed(key, r, [t for _, t in ranks], want, shared, ex, err)
-                    wrong = failure(what.capitalize() if key == "out" else what, r,
-                                    (err, allowed, index))
-                    wrong.message = (
-                        wrong.message.split(" differs from ")[0] + " differs from the reference "
-                        f"on the subject's exported weights by {err:.3g}, allowed {allowed:.3g} "
-                        f"({tol.K:g} x the reference's and the simulated sharded reference's "
-                        f"own error in {ex.dtype} + floor){_at(index)}, though it matches the "
-                        "unsharded module's run made beside the ranks"
-                        + (f" (itself {beside:.3g} off)" if beside > allowed else "")
-                        + ": a sharded result must be attention's, whatever the unsharded "
-                        "module gives while the ranks run." + why)
-                    return wrong
+    return None
+
+
+def _against_golden(ranks: _Ranks, mine: dict[str, Any], shared: Any,
+                    golden: _Golden | None) -> Outcome | None:
+    """With exported weights: the ranks' output and input gradient against the reference on
+    them, which the unsharded module's run (the subject's, beside the ranks) cannot bend."""
+    if golden is None:
+        return None
+    ex = ranks.ex
+    for key, what, yard, want in (("out", "the output", golden[0], golden[3][0]),
+                                  ("grad_x", "d(output)/d(input)", golden[1], golden[3][1])):
+        assembled = ranks.assembled(key)
+        for r, got in assembled:
+            err, index = tol.max_abs_diff(got, want)
+            allowed = tol.allowed(yard, ex.dtype, float(want.abs().max()))
+            if err > allowed:
+                beside = tol.max_abs_diff(mine[key], want)[0]
+                r, why = _blamed(key, r, [t for _, t in assembled], want, shared, ex, err)
+                wrong = ranks.failure(what.capitalize() if key == "out" else what, r,
+                                      (err, allowed, index))
+                wrong.message = (
+                    wrong.message.split(" differs from ")[0] + " differs from the reference "
+                    f"on the subject's exported weights by {err:.3g}, allowed {allowed:.3g} "
+                    f"({tol.K:g} x the reference's and the simulated sharded reference's "
+                    f"own error in {ex.dtype} + floor){_at(index)}, though it matches the "
+                    "unsharded module's run made beside the ranks"
+                    + (f" (itself {beside:.3g} off)" if beside > allowed else "")
+                    + ": a sharded result must be attention's, whatever the unsharded "
+                    "module gives while the ranks run." + why)
+                return wrong
+    return None
+
+
+def _param_grads(ranks: _Ranks, mine: dict[str, Any], own64: dict[str, Any] | None,
+                 yards: tuple[float, float, float]) -> Outcome:
+    """Each parameter's gradient on the ranks against the unsharded module's: whole on every
+    rank (a DTensor, or reduced already), or each rank's share summing to it."""
     notes: list[str] = []
     for name, want in mine["params"].items():
         if want is None:
             continue
-        own = own_error(want, None if own64 is None else own64["params"].get(name))
-        grads: list[Tensor | None] = []
-        dtensor = False
-        for res in results:  # a wrapper (nn.Sequential, torch.compile) prefixes the names
-            named = [n for n in res["params"] if n == name or n.endswith("." + name)]
-            if len(named) != 1:
-                grads.append(None)
-                continue
-            grads.append(res["params"][named[0]])
-            dtensor |= res.get("param_layout", {}).get(named[0]) == "dtensor"
-        shaped = [g for g in grads if g is not None]
-        if not shaped:
-            return Outcome("fail", f"d(output)/d({name}) is missing on every rank under {hook} "
-                           f"(no parameter named {name}, or with that suffix, has a gradient), "
-                           "though the unsharded module has it.")
-        if any(tuple(g.shape) != tuple(want.shape) for g in shaped):
-            notes.append(f"{name} is sharded without DTensor: its gradient is not compared")
-            continue
-        full = [torch.zeros_like(want) if g is None else g for g in grads]
-
-        def off(got: Tensor, label: str, r: int = -1, name: str = name, want: Tensor = want,
-                own: float = own) -> Outcome | None:
-            found = _close(f"d(output)/d({name})", got, want, own, yards[2], ex)
-            if found is None:
-                return None
-            err, allowed, _ = found
-            return Outcome("fail", f"d(output)/d({name}, shape {tuple(want.shape)}) {label} "
-                           f"under {hook} differs from the unsharded module's by {err:.3g}, "
-                           f"allowed {allowed:.3g}.", err, allowed, {"rank": r} if r >= 0 else None)
-
-        each = [off(g, f"on rank {r} of {W}", r) for r, g in enumerate(full)]
-        if all(o is None for o in each):
-            continue  # every rank holds the whole gradient (DTensor, or reduced already)
-        if dtensor:  # a DTensor gradient is the whole gradient, on every rank
-            return next(o for o in each if o is not None)
-        # Local gradients of a replicated weight: each rank's share, summed over the ranks.
-        total = off(sum((g.double() for g in full), torch.zeros((), dtype=torch.float64)),
-                    f"summed over the {W} ranks")
-        if total is not None:
-            total.message += (" (Nor does every rank's own gradient equal it: "
-                              + next(o for o in each if o is not None).message.split(" under ")[0]
-                              + " differs.)")
-            return total
+        own = _own_error(want, None if own64 is None else own64["params"].get(name))
+        wrong = _param_grad(ranks, name, want, own, yards[2], notes)
+        if wrong is not None:
+            return wrong
     return Outcome(PASS, notes=notes)
+
+
+def _param_grad(ranks: _Ranks, name: str, want: Tensor, own: float, yard: float,
+                notes: list[str]) -> Outcome | None:
+    ex, W, hook = ranks.ex, ranks.W, ranks.hook
+    grads: list[Tensor | None] = []
+    dtensor = False
+    for res in ranks.results:  # a wrapper (nn.Sequential, torch.compile) prefixes the names
+        named = [n for n in res["params"] if n == name or n.endswith("." + name)]
+        if len(named) != 1:
+            grads.append(None)
+            continue
+        grads.append(res["params"][named[0]])
+        dtensor |= res.get("param_layout", {}).get(named[0]) == "dtensor"
+    shaped = [g for g in grads if g is not None]
+    if not shaped:
+        return Outcome("fail", f"d(output)/d({name}) is missing on every rank under {hook} "
+                       f"(no parameter named {name}, or with that suffix, has a gradient), "
+                       "though the unsharded module has it.")
+    if any(tuple(g.shape) != tuple(want.shape) for g in shaped):
+        notes.append(f"{name} is sharded without DTensor: its gradient is not compared")
+        return None
+    full = [torch.zeros_like(want) if g is None else g for g in grads]
+
+    def off(got: Tensor, label: str, r: int = -1) -> Outcome | None:
+        found = _close(f"d(output)/d({name})", got, want, own, yard, ex)
+        if found is None:
+            return None
+        err, allowed, _ = found
+        return Outcome("fail", f"d(output)/d({name}, shape {tuple(want.shape)}) {label} "
+                       f"under {hook} differs from the unsharded module's by {err:.3g}, "
+                       f"allowed {allowed:.3g}.", err, allowed, {"rank": r} if r >= 0 else None)
+
+    each = [off(g, f"on rank {r} of {W}", r) for r, g in enumerate(full)]
+    if all(o is None for o in each):
+        return None  # every rank holds the whole gradient (DTensor, or reduced already)
+    if dtensor:  # a DTensor gradient is the whole gradient, on every rank
+        return next(o for o in each if o is not None)
+    # Local gradients of a replicated weight: each rank's share, summed over the ranks.
+    total = off(sum((g.double() for g in full), torch.zeros((), dtype=torch.float64)),
+                f"summed over the {W} ranks")
+    if total is not None:
+        total.message += (" (Nor does every rank's own gradient equal it: "
+                          + next(o for o in each if o is not None).message.split(" under ")[0]
+                          + " differs.)")
+    return total
 
 
 def _check_refusal(ctx: Context, ex: Example) -> Outcome:

@@ -199,38 +199,8 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
                 Tk = 0
         elif cross and draw(quarter):  # and Tk = Tq, self-attention, in one of four
             Tk = _apart(draw, lengths_upto, taken if apart else ())
-        # H after the lengths, then B, within both budgets (the reference's cost, not the
-        # lengths or head dims drawn, is what they bound: they never cut those).
-        scores = max(Tq, 1) * max(Tk, 1)
-
-        def fits(b: int, h: int) -> bool:
-            return b * h * scores <= SCORE_BUDGET and b * h * scores * D <= FLOP_BUDGET
-
-        heads_apart_from = (D, Tq, Tk) if apart else (D,) if distinct else ()
-        least_H = _least_apart(fewest, heads_apart_from)
-        most = min(heads, max(least_H, min(SCORE_BUDGET // scores,
-                                           FLOP_BUDGET // (scores * D))))
-        H = draw(_other_than(fewest, most, heads_apart_from))
-        fewest_rows = max(prop.min_batch, 1)
-
-        def rows_apart_from(h: int) -> tuple[int, ...]:
-            return (h, D, Tq, Tk) if apart else (h, D) if distinct else ()
-
-        B = draw(_other_than(fewest_rows, max(4 if not wide else max(prop.min_batch, 2),
-                                              _least_apart(fewest_rows, rows_apart_from(H))),
-                             rows_apart_from(H)))
-        # B lowered to fit, never onto a size it must differ from; where even the least B is
-        # past a budget, H too; where the least of both are (--max-seq past 256 or
-        # --max-head-dim past 512: 1023 x 1023 with H = 1, B = 2), the example keeps them.
-        cheap = [b for b in range(fewest_rows, B + 1)
-                 if b not in rows_apart_from(H) and fits(b, H)]
-        if cheap:
-            B = max(cheap)
-        else:
-            fewer = [(h, _least_apart(fewest_rows, rows_apart_from(h)))
-                     for h in range(H - 1, least_H, -1) if h not in heads_apart_from]
-            H, B = next(((h, b) for h, b in fewer if fits(b, h)),
-                        (least_H, _least_apart(fewest_rows, rows_apart_from(least_H))))
+        H, B = _heads_and_rows(draw, prop, heads, fewest, D, Tq, Tk, wide=wide,
+                               apart=apart, distinct=distinct)
         groups = [g for g in divisors(H) if g < H] if prop.id == "gqa_grouping" else (
             divisors(H) if c.has("gqa") else [H])
         G = draw(st.sampled_from(groups))
@@ -246,13 +216,7 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
         if distinct:  # Tk may equal Tq (self-attention), never B, H or D
             sizes = [B, H, D] if varlen else [B, H, Tq, D]
             assume(len(set(sizes)) == len(sizes) and (varlen or Tk not in (B, H, D)))
-        window = None
-        takes_window = c.window is not None and (causal or c.window != "left")
-        if takes_window and (prop.id == "window" or draw(quarter) == 0):
-            left = draw(st.one_of(st.integers(0, max(0, Tk)), st.none())
-                        if prop.id != "window" else st.integers(0, max(0, Tk - 1)))
-            right: int | None = 0 if causal else draw(st.one_of(st.none(), st.integers(0, Tk)))
-            window = (left, right)
+        window = _window(draw, prop, c, causal, Tk, quarter)
         softcap = draw(caps) if c.has("softcap") else None
         alibi = c.has("alibi") and draw(quarter) == 0
         sinks = c.has("sinks") and not want_masked and draw(quarter) == 0
@@ -270,6 +234,58 @@ def kernel_examples(prop: KernelProperty, c: KernelConventions, *,
             sinks=sinks, lengths=lengths, cuts=cuts)
 
     return draw()
+
+
+def _heads_and_rows(draw: st.DrawFn, prop: KernelProperty, heads: int, fewest: int, D: int,
+                    Tq: int, Tk: int, *, wide: bool, apart: bool, distinct: bool,
+                    ) -> tuple[int, int]:
+    """H, then B, drawn within both budgets, apart from the sizes they must differ from."""
+    # H after the lengths, then B, within both budgets (the reference's cost, not the
+    # lengths or head dims drawn, is what they bound: they never cut those).
+    scores = max(Tq, 1) * max(Tk, 1)
+
+    def fits(b: int, h: int) -> bool:
+        return b * h * scores <= SCORE_BUDGET and b * h * scores * D <= FLOP_BUDGET
+
+    heads_apart_from = (D, Tq, Tk) if apart else (D,) if distinct else ()
+    least_H = _least_apart(fewest, heads_apart_from)
+    most = min(heads, max(least_H, min(SCORE_BUDGET // scores,
+                                       FLOP_BUDGET // (scores * D))))
+    H = draw(_other_than(fewest, most, heads_apart_from))
+    fewest_rows = max(prop.min_batch, 1)
+
+    def rows_apart_from(h: int) -> tuple[int, ...]:
+        return (h, D, Tq, Tk) if apart else (h, D) if distinct else ()
+
+    B = draw(_other_than(fewest_rows, max(4 if not wide else max(prop.min_batch, 2),
+                                          _least_apart(fewest_rows, rows_apart_from(H))),
+                         rows_apart_from(H)))
+    # B lowered to fit, never onto a size it must differ from; where even the least B is
+    # past a budget, H too; where the least of both are (--max-seq past 256 or
+    # --max-head-dim past 512: 1023 x 1023 with H = 1, B = 2), the example keeps them.
+    cheap = [b for b in range(fewest_rows, B + 1)
+             if b not in rows_apart_from(H) and fits(b, H)]
+    if cheap:
+        B = max(cheap)
+    else:
+        fewer = [(h, _least_apart(fewest_rows, rows_apart_from(h)))
+                 for h in range(H - 1, least_H, -1) if h not in heads_apart_from]
+        H, B = next(((h, b) for h, b in fewer if fits(b, h)),
+                    (least_H, _least_apart(fewest_rows, rows_apart_from(least_H))))
+    return H, B
+
+
+def _window(draw: st.DrawFn, prop: KernelProperty, c: KernelConventions, causal: bool,
+            Tk: int, quarter: st.SearchStrategy[int]) -> tuple[int | None, int | None] | None:
+    """A window, where the kernel takes one: always for the window property, else in one
+    example of four."""
+    takes_window = c.window is not None and (causal or c.window != "left")
+    if not (takes_window and (prop.id == "window" or draw(quarter) == 0)):
+        return None
+    left = draw(st.one_of(st.integers(0, max(0, Tk)), st.none())
+                if prop.id != "window" else st.integers(0, max(0, Tk - 1)))
+    right: int | None = 0 if causal else draw(st.one_of(st.none(), st.integers(0, Tk)))
+    return left, right
 
 
 def _least_apart(low: int, taken: tuple[int, ...]) -> int:
