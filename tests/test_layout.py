@@ -133,3 +133,65 @@ def test_no_private_name_is_imported_across_packages() -> None:
                 if private and target.split(".")[1:2] != package[1:2]:
                     wrong.append(f"{'.'.join(here)} imports {target}.{alias.name}")
     assert not wrong, "\n".join(sorted(wrong))
+
+
+SOURCES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def test_no_module_is_over_800_lines() -> None:
+    long = {m: n for m, p in SOURCES.items() if (n := len(p.read_text().splitlines())) > 800}
+    assert not long, long
+
+
+def test_no_function_is_over_100_lines() -> None:
+    long = [f"{m}.{node.name}: {node.end_lineno - node.lineno + 1}"  # type: ignore[operator]
+            for m, p in SOURCES.items() for node in ast.walk(ast.parse(p.read_text()))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno - node.lineno + 1 > 100]  # type: ignore[operator]
+    assert not long, long
+
+
+# A softmax, a log-sum-exp or q @ k^T outside the core re-spells attention; the only ones
+# allowed are a wrong normalisation on purpose (a diagnosis hypothesis) and the ring's LSE of
+# the core's own scores, taken in the merge dtype.
+_ALLOWED_MATH = {("attnspec.properties.diagnose", "torch.softmax(masked, dim=-2)"),
+                 ("attnspec.reference.sharding", "torch.logsumexp(kept['scores']")}
+
+
+def _attention_math(tree: ast.AST) -> list[str]:
+    """The softmax and log-sum-exp calls, and products with a key transposed, in `tree`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            if name in ("softmax", "logsumexp", "log_softmax"):
+                found.append(ast.unparse(node))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) \
+                and "transpose(-2, -1)" in ast.unparse(node.right):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_attention_is_computed_in_the_core_alone() -> None:
+    found = [f"{module}: {code}" for module, path in SOURCES.items()
+             # subjects are attention written by others (the adapters' own, and the lesson's)
+             if module != "attnspec.reference.core" and not module.startswith("attnspec.subjects")
+             for code in _attention_math(ast.parse(path.read_text()))
+             if not any(module == m and code.startswith(a) for m, a in _ALLOWED_MATH)]
+    assert not found, "\n".join(found)
+
+
+def test_the_math_finder_finds_a_softmax() -> None:
+    # The test above cannot pass by finding nothing: the core itself is full of it.
+    assert len(_attention_math(ast.parse((PACKAGE / "reference" / "core.py").read_text()))) >= 3
+
+
+def test_the_session_asks_its_family_not_which_it_is() -> None:
+    # One choice, FAMILIES[protocol]; what differs between modules and kernels is the family's.
+    engine = (PACKAGE / "session" / "engine.py").read_text()
+    assert "self.kernel" not in engine.replace("def kernel(self)", ""), "ask self.family"
+    from attnspec.session.families import FAMILIES, KERNELS, MODULES
+
+    assert FAMILIES == {1: MODULES, 2: MODULES, "kernel": KERNELS}
+    assert set(MODULES.ids).isdisjoint({"fresh_results", "lse_grad"})
+    assert "fresh_results" in KERNELS.ids

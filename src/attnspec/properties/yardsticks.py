@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..reference import core
 from ..reference.spec import AttentionSpec, RoPE
-from ..reference.variants import normed
+from ..reference.variants import spec_heads
 from . import tolerance as tol
 
 if TYPE_CHECKING:
@@ -46,23 +47,11 @@ def _exported(ctx: Context, ex: Example) -> dict[str, Tensor] | None:
 
 def logit_std(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec) -> float:
     """The spread of the scores q.k x scale on `x` (before positions, caps and masks)."""
-    x64 = x.detach().double().cpu()
-    B, T, _ = x64.shape
-
-    def heads(name: str, n: int) -> Tensor:
-        bias = weights.get(name + "_bias")
-        out = torch.nn.functional.linear(x64, weights[name + "_weight"].double().cpu(),
-                                         None if bias is None else bias.double().cpu())
-        if spec.qk_norm is not None:  # normalised q and k: their norms' weights set the size
-            norm_bias = weights.get(name + "_norm_bias")
-            out = normed(out, weights[name + "_norm_weight"].double().cpu(),
-                         None if norm_bias is None else norm_bias.double().cpu(), spec.qk_norm,
-                         spec.D)
-        return out.view(B, T, n, spec.D).transpose(1, 2)
-
-    q = heads("q", spec.n_head)
-    k = heads("k", spec.G).repeat_interleave(spec.n_head // spec.G, dim=1)
-    scores = (q @ k.transpose(-2, -1)) * spec.attn_scale
+    unplaced = dataclasses.replace(spec, positions=None)  # the scores before any positions
+    with torch.no_grad():
+        q, k, _ = spec_heads(x.detach().double().cpu(), {
+            name: w.double().cpu() for name, w in weights.items()}, unplaced, 0)
+        scores = core.scores_of(q, core.repeat_kv(k, spec.n_head), spec.attn_scale)
     return float(scores.std()) if scores.numel() > 1 else float(scores.abs().max())
 
 

@@ -19,7 +19,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from .module import merge_heads
-from .pieces import frequencies, heads_of, normed, spec_core, turn
+from .pieces import frequencies, project_heads, spec_core, turn
 from .spec import AttentionSpec, DynamicNTK, RoPE
 
 __all__ = ["CORNERS", "MASKED_ROWS", "PADDING_VALUES", "Corner", "KVCache", "attend_at",
@@ -59,23 +59,14 @@ def rotate_at(t: Float[Tensor, "B N T D"], rope: RoPE, pos: Int[Tensor, "B T"],
     return turn(t, rope, angle, factor)
 
 
-def _project(x: Tensor, weights: Mapping[str, Tensor], name: str, spec: AttentionSpec) -> Tensor:
-    """x's queries, keys or values (`name`), split into heads, q and k normalised first."""
-    t = F.linear(x, weights[f"{name}_weight"], weights.get(f"{name}_bias"))
-    if spec.qk_norm is not None and name != "v":
-        t = normed(t, weights[f"{name}_norm_weight"], weights.get(f"{name}_norm_bias"),
-                   spec.qk_norm, spec.D)
-    return heads_of(t, spec.n_head if name == "q" else spec.G, spec.D)
-
-
 def _sinks(weights: Mapping[str, Tensor], spec: AttentionSpec) -> Tensor | None:
     return weights["sinks"] if spec.sinks else None
 
 
 def _qkv(x_q: Tensor, x_kv: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec,
          ) -> tuple[Tensor, Tensor, Tensor]:
-    return (_project(x_q, weights, "q", spec), _project(x_kv, weights, "k", spec),
-            _project(x_kv, weights, "v", spec))
+    return (project_heads(x_q, weights, "q", spec), project_heads(x_kv, weights, "k", spec),
+            project_heads(x_kv, weights, "v", spec))
 
 
 def _core(q: Float[Tensor, "B H Tq D"], k: Float[Tensor, "B G Tk D"],

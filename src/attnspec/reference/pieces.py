@@ -5,9 +5,11 @@ core with the spec's scale, soft cap, ALiBi slopes and window (`spec_core`). The
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Bool, Float
 from torch import Tensor
 
@@ -129,6 +131,17 @@ def visible(T: int, window: int | None, device: torch.device) -> Bool[Tensor, "T
     """True where query i may see key j: j <= i, and i - window < j with a window."""
     index = torch.arange(T, device=device)
     return core.visible_keys(index, index, True, spec_window(window), None)[0]
+
+
+def project_heads(x: Tensor, weights: Mapping[str, Tensor], name: str, spec: AttentionSpec,
+                  ) -> Tensor:
+    """x's queries, keys or values (`name`), split into heads, q and k normalised first (the
+    projection of spec_heads, without its trace)."""
+    t = F.linear(x, weights[f"{name}_weight"], weights.get(f"{name}_bias"))
+    if spec.qk_norm is not None and name != "v":
+        t = normed(t, weights[f"{name}_norm_weight"], weights.get(f"{name}_norm_bias"),
+                   spec.qk_norm, spec.D)
+    return heads_of(t, spec.n_head if name == "q" else spec.G, spec.D)
 
 
 def spec_window(window: int | None) -> core.Window | None:

@@ -198,12 +198,12 @@ def cp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, 
 
     from .inference import rotate_at
     from .module import merge_heads
-    from .variants import heads_of
+    from .pieces import project_heads
 
     T = x.size(1)
     check_shardable(spec, world, "positions", T=T, layout=layout)
     _modelled(spec, "cp_reference")
-    H, G, D = spec.n_head, spec.G, spec.D
+    H = spec.n_head
     merge = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
     slopes = (torch.tensor(spec.positions.slopes_for(H), dtype=x.dtype, device=x.device)
               if isinstance(spec.positions, ALiBi) else None)
@@ -211,8 +211,7 @@ def cp_reference(x: Tensor, weights: Mapping[str, Tensor], spec: AttentionSpec, 
             for r in range(world)]
     qkv = []
     for pos in held:
-        q, k, v = (heads_of(F.linear(x[:, pos], weights[f"{n}_weight"], weights.get(f"{n}_bias")),
-                            n_, D) for n, n_ in (("q", H), ("k", G), ("v", G)))
+        q, k, v = (project_heads(x[:, pos], weights, n, spec) for n in "qkv")
         if isinstance(spec.positions, RoPE):
             q = rotate_at(q, spec.positions, pos[None], T)  # T: dynamic NTK's length, global
             k = rotate_at(k, spec.positions, pos[None], T)

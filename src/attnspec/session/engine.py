@@ -24,7 +24,7 @@ import torch
 
 from .._errors import TargetError, UsageError
 from ..common.dtypes import default_dtypes
-from ..common.options import KERNEL_MAX_SEQ, MODULE_MAX_SEQ, PROFILES, RunOptions
+from ..common.options import PROFILES, RunOptions
 from ..common.protocol import Executor
 from ..common.report import Progress, PropertyResult
 from ..common.users import resolve_worker_user
@@ -32,7 +32,6 @@ from ..properties import BY_ID
 from ..properties.base import Context, Example, Outcome
 from ..properties.found import Found
 from ..properties.kernel import KernelExample
-from ..reference.conventions import KernelConventions
 from ..runner.isolation import is_dumpable
 from ..runner.subject import check_variants
 from ..runner.worker import SubjectCrash
@@ -192,11 +191,10 @@ class Session:
                                sizes=self.sizes, user=self.user, twin_ahead=twin_ahead)
         self.info = self.executor.info
         self.family: Family = FAMILIES[self.info.protocol]
-        self.conventions = KernelConventions.from_json(self.info.kernel) if self.kernel \
-            else None
+        self.conventions = self.family.conventions(self.info)
         # How the worker's first call differed from the same call again (kernels; determinism).
         self.first_call: str | None = None
-        self.max_seq = options.max_seq or (KERNEL_MAX_SEQ if self.kernel else MODULE_MAX_SEQ)
+        self.max_seq = options.max_seq or self.family.max_seq
         try:
             self._take_declarations(options)
         except BaseException:
@@ -262,7 +260,7 @@ class Session:
                              reason=f"no such dtype to check on {', '.join(self.devices)}; "
                                     f"{whose} offer {offered}{half}.")
 
-    def _probe_dtype(self) -> tuple[str, str]:
+    def probe_dtype(self) -> tuple[str, str]:
         """(device, dtype) for the load's probes: the CPU in float64 where the subject takes
         it, else float32, else what it takes."""
         device = "cpu" if self.dtypes.get("cpu") else next(d for d, ts in self.dtypes.items()
@@ -270,34 +268,23 @@ class Session:
         claimed = self.dtypes[device]
         return device, next((d for d in ("float64", "float32") if d in claimed), claimed[0])
 
-    def _run_probe(self, ex: AnyExample, steps: list[dict[str, Any]]) -> list[Any]:
+    def run_probe(self, ex: AnyExample, steps: list[dict[str, Any]]) -> list[Any]:
         return Context(self.executor).request(ex, steps)
 
-    def _probes(self) -> Iterator[Example]:
+    def probes(self) -> Iterator[Example]:
+        """A module subject's probe examples (properties/found.py)."""
         from ..properties.found import probe_examples
 
-        device, dtype = self._probe_dtype()
+        device, dtype = self.probe_dtype()
         return probe_examples(self.info.protocol, self.info.variants, self.info.supported,
                               dtype, device, self.sizes)
 
     def _protocol_hints(self) -> None:
         """A subject written against the protocol in a common wrong way is told so now, in
         one line (a TargetError: exit 2), not by a failure in every property."""
-        from ..properties.found import module_hint
-
         try:
             with self.workers.judging():
-                if self.kernel:
-                    from ..properties.kernel import first_call, layout_hint
-
-                    assert self.conventions is not None
-                    # First: this is the worker's first call, the one a warm-up would hide.
-                    self.first_call = first_call(Context(self.executor), self.conventions,
-                                                 *self._probe_dtype())
-                    hint = layout_hint(Context(self.executor), self.conventions,
-                                       *self._probe_dtype())
-                else:
-                    hint = module_hint(self._run_probe, self._probes())
+                hint = self.family.probe(self)
         except SubjectCrash:
             return  # the properties meet the crash themselves, each with its example
         if hint is not None:
@@ -309,14 +296,14 @@ class Session:
         uses, kept only where the reference with them reproduces it (properties/found.py);
         then export and pullback steps use them, and the oracle runs. None for kernels and
         subjects that export their own."""
-        if self.kernel or self.info.has_export:
+        if not self.family.weighted or self.info.has_export:
             return None
         from ..properties.found import find_weights
 
-        examples = self._probes()
+        examples = self.probes()
         try:
             with self.workers.judging():
-                found = find_weights(self._run_probe, examples)
+                found = find_weights(self.run_probe, examples)
         except SubjectCrash as crash:
             found = Found(why="the probe's module could not be run "
                                 f"({self.in_flags(str(crash))})")
@@ -385,7 +372,7 @@ class Session:
                           "worker_user": None if self.user is None else self.user.name},
             "protocol": self.info.revision or self.info.protocol,
             "black_box": self.options.black_box, "required": sorted(self.required),
-            **({} if self.kernel else {"weights": (
+            **({} if not self.family.weighted else {"weights": (
                 {"source": "export_weights"} if self.found is None else self.found.header())}),
         }
 

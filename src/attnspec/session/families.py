@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..common.options import NARROW_HEAD_DIM, NARROW_HEADS
+from ..common.options import KERNEL_MAX_SEQ, MODULE_MAX_SEQ, NARROW_HEAD_DIM, NARROW_HEADS
 from ..common.protocol import Executor
 from ..properties import BY_ID, PROPERTY_IDS, TWINNED, run_check
 from ..properties.base import Context, Example, Outcome
@@ -20,6 +20,7 @@ from ..properties.kernel import (
     run_kernel_check,
 )
 from ..properties.kernel import skip_reason as kernel_skip_reason
+from ..reference.conventions import KernelConventions
 from ..reference.spec import RoPE, positions_from_json
 from .environment import _hide_own_source_from_hypothesis
 from .replay import kernel_example, module_example
@@ -53,6 +54,17 @@ class Family:
     cases: str  # what supports() is given, in the plural
     length_axes: tuple[str, ...]  # the axes of sequence length, for the coverage judge
     dtype_declinable: bool  # whether supports() sees the dtype (and so may decline one)
+    max_seq: int  # the longest sequence drawn unless the run says otherwise
+    weighted: bool  # whether its subjects have weights (exported, or found by name)
+
+    def conventions(self, info: Any) -> KernelConventions | None:
+        """What the subject declared of its calling conventions (kernels only)."""
+        return None
+
+    def probe(self, session: Session) -> str | None:
+        """The load's probe calls: a hint, where the subject is written against the protocol
+        in a common wrong way (None: it is not, as far as they show)."""
+        raise NotImplementedError
 
     def strategy(self, session: Session, prop: str, narrow: bool) -> Any:
         raise NotImplementedError
@@ -87,6 +99,13 @@ class ModuleFamily(Family):
     cases = "specs"
     length_axes = ("T",)
     dtype_declinable = False
+    max_seq = MODULE_MAX_SEQ
+    weighted = True
+
+    def probe(self, session: Session) -> str | None:
+        from ..properties.found import module_hint
+
+        return module_hint(session.run_probe, session.probes())
 
     def strategy(self, session: Session, prop: str, narrow: bool) -> Any:
         from .strategies import examples  # Hypothesis loads only when examples are drawn
@@ -158,6 +177,21 @@ class KernelFamily(Family):
     cases = "cases"
     length_axes = ("Tq", "Tk")
     dtype_declinable = True
+    max_seq = KERNEL_MAX_SEQ
+    weighted = False
+
+    def conventions(self, info: Any) -> KernelConventions | None:
+        return KernelConventions.from_json(info.kernel)
+
+    def probe(self, session: Session) -> str | None:
+        from ..properties.kernel import first_call, layout_hint
+
+        assert session.conventions is not None
+        # First: this is the worker's first call, the one a warm-up would hide.
+        session.first_call = first_call(Context(session.executor), session.conventions,
+                                        *session.probe_dtype())
+        return layout_hint(Context(session.executor), session.conventions,
+                           *session.probe_dtype())
 
     def strategy(self, session: Session, prop: str, narrow: bool) -> Any:
         from .kernel_strategies import kernel_examples
