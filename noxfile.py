@@ -35,10 +35,20 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def processes(session: nox.Session) -> None:
     """The tests that start, stop and kill real processes (crashes, stop signals, lanes,
-    zygotes, ranks, the hostile catalogue): their own session, so that tests stays under
-    10 minutes on 2 cores; CI runs both."""
-    session.install(*CONSTRAINTS, "-e", ".[test]")
+    zygotes, ranks, the hostile catalogue, the Triton kernels run in the interpreter): their
+    own session, so that tests stays under 10 minutes on 2 cores; CI runs both."""
+    session.install(*CONSTRAINTS, "-e", ".[test,triton]")
     session.run("pytest", "tests", "-n", "2", "-m", "process", "--durations=15",
+                *session.posargs)
+
+
+@nox.session
+def triton(session: nox.Session) -> None:
+    """Every Triton kernel of tests/kernels/triton/ verified (default profile; interpreted
+    without a GPU), the table written to docs/triton.md; fails where one is not as expected
+    (not in CI, which runs three of them in `processes`)."""
+    session.install(*CONSTRAINTS, "-e", ".[triton]")
+    session.run("python", "tests/kernels/triton/sweep.py", "--write", "docs/triton.md",
                 *session.posargs)
 
 

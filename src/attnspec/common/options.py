@@ -44,6 +44,20 @@ WIDTH_LIMIT = 16384
 MAX_WORLD = 8  # the most ranks one sharded example runs on: each is a process
 
 
+# A Triton kernel in Triton's interpreter (no GPU) runs each program's every op in numpy, about
+# 0.1 to 1 s a call: where the run left them at their defaults, fewer and smaller examples,
+# and a longer timeout, so that a default verify of one kernel takes about a minute on 2 cores
+# (benchmarks/run.py --only triton). `thorough` keeps its full meaning.
+INTERPRETED_EXAMPLES: dict[str, int] = {"smoke": 6, "default": 20, "ci": 20}
+INTERPRETED_MAX_SEQ = 40  # past two tiles of 16, a tail block: the tile bugs show
+INTERPRETED_MAX_HEADS = 4
+INTERPRETED_MAX_HEAD_DIM = 32
+INTERPRETED_TIMEOUT = 10.0  # x the timeout, per call
+INTERPRETED_BF16 = ("bfloat16 not checked: Triton's interpreter computes bfloat16 wrongly (it "
+                    "stores it as 16-bit integers and tl.dot multiplies their bit patterns: "
+                    "triton-lang/triton#11584); a GPU checks it natively")
+
+
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -356,7 +356,25 @@ def _header(session_header: dict[str, Any], target: str) -> str:
             f"{session_header.get('max_width', MAX_WIDTH)}; what was reached: the coverage "
             "lines), seed: "
             f"{session_header['seed']}, timeout: {session_header['timeout']:g}s\n"
-            + _weights_line(session_header.get("weights")))
+            + _weights_line(session_header.get("weights"))
+            + _triton_line(session_header.get("triton")))
+
+
+def _triton_line(triton: Any) -> str:
+    """How a Triton kernel ran: natively, or in Triton's interpreter on the CPU."""
+    if not isinstance(triton, dict):
+        return ""
+    if triton.get("mode") != "interpreter":
+        return "triton: native\n"
+    scaled = triton.get("scaled") or {}
+    sizes = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                      for k, v in scaled.items())
+    line = "triton: interpreter (CPU, no GPU seen; TRITON_INTERPRET=1)"
+    if sizes:
+        line += f"; at the interpreter's pace: {sizes}"
+    if triton.get("bfloat16"):
+        line += f"; {triton['bfloat16']}"
+    return line + "\n"
 
 
 def _weights_line(weights: Any) -> str:

@@ -64,7 +64,21 @@ def worker_env(environ: dict[str, str]) -> dict[str, str]:
     """The worker's environment: the runner's, with OpenMP's idle threads asleep unless the user
     said otherwise. Spinning (libgomp's default), a waiting worker's idle thread takes the core
     the runner draws on: 45% more CPU for a default verify on 2 cores, same results."""
-    return {**environ, "OMP_WAIT_POLICY": environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    env = {**environ, "OMP_WAIT_POLICY": environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    if "TRITON_INTERPRET" not in environ and not gpu_present():
+        # Read as triton is imported: with no GPU, a Triton kernel runs in its interpreter.
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+# The device files a GPU driver makes: NVIDIA's, AMD's (ROCm) and WSL's.
+_GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_present() -> bool:
+    """Whether this machine shows a GPU to processes (its driver's device file), known before
+    torch or triton is imported (the worker's environment is set first)."""
+    return any(os.path.exists(path) for path in _GPU_DEVICES)
 
 
 def spawn(user: WorkerUser | None = None) -> Spawned:

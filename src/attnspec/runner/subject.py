@@ -50,6 +50,7 @@ class Subject:
     world_sizes: tuple[int, ...] = (2, 4)  # v2: WORLD_SIZES, the ranks its sharding hooks take
     cp_layout: str = "head_tail"  # v2: CP_LAYOUT, which positions shard_positions' ranks hold
     cache_attention: Callable[..., Any] | None = None  # a kernel's attention_with_cache
+    triton: bool = False  # a kernel that calls Triton (its TRITON, or what its globals hold)
 
 
 HOOKS = ("decode", "padded", "cross", "shifted", "decode_padded", "shard_heads",
@@ -412,7 +413,31 @@ def _load_kernel(obj: Any, target: str, origin: str) -> Subject:
     return Subject(target=target, name=str(name), build=attention, export_weights=None,
                    supports=_optional(obj, "supports", target), dtypes=_dtypes(obj, target),
                    origin=str(origin), protocol="kernel", kernel=conventions.to_json(),
-                   cache_attention=with_cache)
+                   cache_attention=with_cache, triton=uses_triton(obj, attention, target))
+
+
+def _tritonic(value: Any) -> bool:
+    name = value.__name__ if isinstance(value, ModuleType) else type(value).__module__
+    return isinstance(name, str) and (name == "triton" or name.startswith("triton."))
+
+
+def uses_triton(obj: Any, attention: Any, target: str) -> bool:
+    """Whether a kernel calls Triton: its `TRITON = True` or False, else whether its module, or
+    the module of a function it holds (a library's wrapper), holds triton or a Triton kernel."""
+    declared = getattr(obj, "TRITON", None)
+    if declared is not None:
+        if not isinstance(declared, bool):
+            raise TargetError(f"TARGET {target!r}: TRITON is {declared!r}; say True (the kernel "
+                              "calls Triton) or False.")
+        return declared
+    spaces = [vars(obj) if isinstance(obj, ModuleType) else {},
+              getattr(attention, "__globals__", {})]
+    held = [v for space in spaces for v in list(space.values())]
+    # One step further: the modules it imports and the modules of the functions it holds.
+    spaces += [vars(v) for v in held if isinstance(v, ModuleType) and not _tritonic(v)]
+    spaces += [v.__globals__ for v in held
+               if callable(v) and isinstance(getattr(v, "__globals__", None), dict)]
+    return any(_tritonic(v) for space in spaces for v in list(space.values()))
 
 
 HF_PREFIX = "hf:"

@@ -83,6 +83,7 @@ class SubjectInfo:
     # The runner's own, never the worker's: the weights it found by name and confirmed
     # (runner/finder.py), which export and pullback steps then use in place of export_weights.
     found: str | None = None
+    triton: str | None = None  # a Triton kernel's: "interpreter" (TRITON_INTERPRET) or "native"
 
     @classmethod
     def of(cls, subject: Subject, sizes: tuple[int, int, int] = (MAX_HEADS, MAX_HEAD_DIM,
@@ -115,7 +116,9 @@ class SubjectInfo:
                    revision=subject.revision, kernel=subject.kernel,
                    hooks=tuple(subject.hooks), corner=subject.corner,
                    masked_rows=subject.masked_rows, padding_values=subject.padding_values,
-                   world_sizes=subject.world_sizes, cp_layout=subject.cp_layout)
+                   world_sizes=subject.world_sizes, cp_layout=subject.cp_layout,
+                   triton=None if not subject.triton else (
+                       "interpreter" if interpreting_triton() else "native"))
 
     @classmethod
     def from_json(cls, data: Any) -> SubjectInfo:
@@ -190,7 +193,15 @@ class SubjectInfo:
                    masked_rows=one_of("masked_rows", MASKED_ROWS, "zero"),
                    padding_values=one_of("padding_values", PADDING_VALUES, "any"),
                    world_sizes=tuple(items("world_sizes", whole, [2, 4])),
-                   cp_layout=one_of("cp_layout", LAYOUTS, "head_tail"))
+                   cp_layout=one_of("cp_layout", LAYOUTS, "head_tail"),
+                   triton=None if data.get("triton") is None else one_of(
+                       "triton", ("interpreter", "native"), None))
+
+
+def interpreting_triton() -> bool:
+    """Whether Triton kernels in this process run in Triton's interpreter (TRITON_INTERPRET,
+    which the runner sets for its workers where the machine shows no GPU: runner/spawn.py)."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _clipped(value: Any) -> str:

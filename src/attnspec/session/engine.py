@@ -24,7 +24,18 @@ import torch
 
 from .._errors import TargetError, UsageError
 from ..common.dtypes import default_dtypes
-from ..common.options import PROFILES, RunOptions
+from ..common.options import (
+    INTERPRETED_BF16,
+    INTERPRETED_EXAMPLES,
+    INTERPRETED_MAX_HEAD_DIM,
+    INTERPRETED_MAX_HEADS,
+    INTERPRETED_MAX_SEQ,
+    INTERPRETED_TIMEOUT,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    PROFILES,
+    RunOptions,
+)
 from ..common.protocol import Executor
 from ..common.report import Progress, PropertyResult
 from ..common.users import resolve_worker_user
@@ -195,6 +206,10 @@ class Session:
         # How the worker's first call differed from the same call again (kernels; determinism).
         self.first_call: str | None = None
         self.max_seq = options.max_seq or self.family.max_seq
+        # A Triton kernel in the interpreter: fewer, smaller examples (common/options.py).
+        self.interpreted = self.info.triton == "interpreter"
+        self.scaled: dict[str, Any] = self._for_the_interpreter(options) if self.interpreted \
+            else {}
         try:
             self._take_declarations(options)
         except BaseException:
@@ -256,9 +271,33 @@ class Session:
             whose = "the subject's DTYPES" if self.info.dtypes else "attnspec's defaults"
             half = (" (float16 is checked on CUDA only, unless the subject's DTYPES name it)"
                     if "float16" in requested else "")
+            if self.interpreted and "bfloat16" in requested:
+                half += f"; {INTERPRETED_BF16}"
             raise UsageError(option="dtypes", value=",".join(requested),
                              reason=f"no such dtype to check on {', '.join(self.devices)}; "
                                     f"{whose} offer {offered}{half}.")
+
+    def _for_the_interpreter(self, options: RunOptions) -> dict[str, Any]:
+        """Where the run left them at their defaults, the examples, sizes and timeout of a
+        kernel that runs in Triton's interpreter; what was changed, for the header."""
+        if options.profile == "thorough":
+            return {}
+        heads, dim, width = self.sizes
+        scaled: dict[str, Any] = {}
+        if options.max_examples is None:
+            self.max_examples = scaled["max_examples"] = INTERPRETED_EXAMPLES[options.profile]
+        if options.max_seq is None:
+            self.max_seq = scaled["max_seq"] = INTERPRETED_MAX_SEQ
+        if options.max_heads == MAX_HEADS:
+            heads = scaled["max_heads"] = INTERPRETED_MAX_HEADS
+        if options.max_head_dim == MAX_HEAD_DIM:
+            dim = scaled["max_head_dim"] = INTERPRETED_MAX_HEAD_DIM
+        self.sizes = (heads, dim, width)
+        if options.timeout == RunOptions.timeout:
+            self.timeout = scaled["timeout"] = options.timeout * INTERPRETED_TIMEOUT
+            self.workers.timeout = self.timeout
+            self.executor.timeout = self.timeout  # type: ignore[attr-defined]
+        return scaled
 
     def probe_dtype(self) -> tuple[str, str]:
         """(device, dtype) for the load's probes: the CPU in float64 where the subject takes
@@ -318,7 +357,8 @@ class Session:
 
     def _dtypes_for(self, device: str) -> list[str]:
         return [d for d in self._claimed(device)
-                if self.requested_dtypes is None or d in self.requested_dtypes]
+                if (self.requested_dtypes is None or d in self.requested_dtypes)
+                and not (self.interpreted and d == "bfloat16")]
 
     def __enter__(self) -> Session:
         return self
@@ -372,9 +412,19 @@ class Session:
                           "worker_user": None if self.user is None else self.user.name},
             "protocol": self.info.revision or self.info.protocol,
             "black_box": self.options.black_box, "required": sorted(self.required),
+            **({} if self.info.triton is None else {"triton": self._triton_header()}),
             **({} if not self.family.weighted else {"weights": (
                 {"source": "export_weights"} if self.found is None else self.found.header())}),
         }
+
+    def _triton_header(self) -> dict[str, Any]:
+        """How the kernel's Triton ran: natively, or in the interpreter (and what that changed)."""
+        if not self.interpreted:
+            return {"mode": "native"}
+        claimed = {d for dev in self.devices for d in self._claimed(dev)}
+        wanted = self.requested_dtypes is None or "bfloat16" in self.requested_dtypes
+        return {"mode": "interpreter", "device": "cpu", "scaled": self.scaled,
+                **({"bfloat16": INTERPRETED_BF16} if "bfloat16" in claimed and wanted else {})}
 
     def replay_command(self, prop: str, ex: AnyExample) -> str:
         example = json.dumps(ex.to_json(), separators=(",", ":"))
