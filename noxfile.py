@@ -42,12 +42,20 @@ def processes(session: nox.Session) -> None:
                 *session.posargs)
 
 
+SGLANG_IMPORTS = ("orjson", "psutil", "pybase64", "requests", "packaging", "pillow",
+                  "starlette", "msgspec", "pydantic", "pyzmq", "tqdm", "ipython", "aiohttp")
+
+
 @nox.session
 def triton(session: nox.Session) -> None:
     """Every Triton kernel of tests/kernels/triton/ verified (default profile; interpreted
     without a GPU), the table written to docs/triton.md; fails where one is not as expected
     (not in CI, which runs three of them in `processes`)."""
     session.install(*CONSTRAINTS, "-e", ".[triton]")
+    # SGLang's Triton kernels without the rest of SGLang (its torch pin is not this torch):
+    # the package alone, and what importing sglang.kernels.ops.attention needs.
+    session.install("--no-deps", "sglang==0.5.23")
+    session.install(*CONSTRAINTS, *SGLANG_IMPORTS)
     session.run("python", "tests/kernels/triton/sweep.py", "--write", "docs/triton.md",
                 *session.posargs)
 
