@@ -437,7 +437,8 @@ def uses_triton(obj: Any, attention: Any, target: str) -> bool:
     spaces += [vars(v) for v in held if isinstance(v, ModuleType) and not _tritonic(v)]
     spaces += [v.__globals__ for v in held
                if callable(v) and isinstance(getattr(v, "__globals__", None), dict)]
-    return any(_tritonic(v) for space in spaces for v in list(space.values()))
+    unique = {id(space): space for space in spaces}  # a module's functions share its globals
+    return any(_tritonic(v) for space in unique.values() for v in list(space.values()))
 
 
 HF_PREFIX = "hf:"

@@ -43,8 +43,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool,
     """o (total, H, D), as context_attention_fwd writes it."""
     if cu_seqlens_q is None or cu_seqlens_k is None or not torch.equal(cu_seqlens_q,
                                                                        cu_seqlens_k):
-        raise ValueError(f"{__name__}.attention: context_attention_fwd is self-attention per "
-                         "sequence; give cu_seqlens_q equal to cu_seqlens_k")
+        raise ValueError(f"{__name__}.attention(cu_seqlens_q={cu_seqlens_q!r}, cu_seqlens_k="
+                         f"{cu_seqlens_k!r}): context_attention_fwd is self-attention per "
+                         "sequence; give both, equal")
     o = torch.empty_like(q)
     _prefill.context_attention_fwd(q, k, v, o, cu_seqlens_q[:-1], cu_seqlens_q.diff(),
                                    max_seqlen_q, is_causal=causal, sm_scale=scale)

@@ -161,3 +161,43 @@ def split_keys(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | Non
                     torch.zeros_like(outs[0]))
     lse = torch.where(total > 0, top + torch.log(total), torch.full_like(total, -math.inf))
     return o.to(q.dtype), lse
+
+
+# What every kernel of the catalogue declares (docs/kernels.md), dense or packed.
+DENSE = {"PROTOCOL": "kernel", "LAYOUT": "bhsd", "CAUSAL": "bottom_right", "WINDOW": None,
+         "LSE": "natural", "MASKED_ROWS": "zero", "BACKWARD": False, "DETERMINISTIC": True,
+         "FEATURES": ("gqa", "scale", "noncausal", "cross"),
+         "DTYPES": (torch.float32, torch.float16)}
+VARLEN = {**DENSE, "LAYOUT": "varlen", "LSE_LAYOUT": "hs"}
+
+
+def dense_kernel(space: dict, bug: int = NONE) -> None:
+    """Declare a dense kernel in module namespace `space`: DENSE, and attention with `bug`."""
+    def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool,
+                  scale: float | None = None) -> tuple[Tensor, Tensor]:
+        return dense(q, k, v, causal, scale, bug=bug)
+
+    space.update(DENSE, attention=attention)
+
+
+def varlen_kernel(space: dict, bug: int = NONE) -> None:
+    """Declare a packed (varlen) kernel in `space`: VARLEN, and attention with `bug`."""
+    def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool,
+                  cu_seqlens_q: Tensor | None = None, cu_seqlens_k: Tensor | None = None,
+                  max_seqlen_q: int = 0, max_seqlen_k: int = 0,
+                  scale: float | None = None) -> tuple[Tensor, Tensor]:
+        if cu_seqlens_q is None or cu_seqlens_k is None:
+            raise ValueError("a varlen kernel: give cu_seqlens_q and cu_seqlens_k "
+                             f"(got {cu_seqlens_q!r}, {cu_seqlens_k!r})")
+        return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, bug=bug)
+
+    space.update(VARLEN, attention=attention)
+
+
+def split_kernel(space: dict, splits: int, subtract_max: bool = True) -> None:
+    """Declare a split-K kernel in `space`: DENSE, and attention over `splits` key chunks."""
+    def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool,
+                  scale: float | None = None) -> tuple[Tensor, Tensor]:
+        return split_keys(q, k, v, causal, scale, splits=splits, subtract_max=subtract_max)
+
+    space.update(DENSE, attention=attention)
