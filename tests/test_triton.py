@@ -113,3 +113,45 @@ def test_bfloat16_is_refused_in_the_interpreter_with_the_reason(tmp_path: Path) 
     status, _, said = _verify(TRITON / "good" / "flash_fwd.py", tmp_path, "--dtype", "bfloat16")
     assert status == 2, said
     assert "interpreter computes bfloat16 wrongly" in said and "11584" in said
+
+
+def test_an_error_raised_from_another_shows_both_places() -> None:
+    """Triton's interpreter raises InterpreterError from what failed in the kernel's body: the
+    fault names the launch and the kernel's own line."""
+    from attnspec.runner.subject import fault_frames
+
+    def body() -> None:
+        raise ValueError("incompatible dimensions")  # the kernel's line
+
+    def launch() -> None:
+        try:
+            body()
+        except ValueError as error:
+            raise RuntimeError(repr(error)) from error
+
+    try:
+        launch()
+    except RuntimeError as error:
+        shown = fault_frames(error)
+    assert "in launch: raise RuntimeError" in shown
+    assert "raised from ValueError: incompatible dimensions" in shown
+    assert "in body: raise ValueError" in shown
+    assert shown.index("in launch") < shown.index("in body")
+
+
+@needs_triton
+@pytest.mark.process
+@pytest.mark.skipif(spawn.gpu_present(), reason="a GPU is seen: Triton runs natively here")
+def test_a_kernel_that_cannot_be_built_is_its_error_at_its_line(tmp_path: Path) -> None:
+    kernel = TRITON / "does_not_compile.py"
+    line = next(n for n, text in enumerate(kernel.read_text().splitlines(), 1)
+                if "THE LINE" in text)
+    status, report, said = _verify(kernel, tmp_path, "--only", "width")
+    assert status == 1, said
+    width = next(p for p in report["properties"] if p["id"] == "width")
+    assert width["verdict"] == "error", said
+    assert f"{kernel}:{line} in _mismatched" in said, said
+    block = said.split("width: error:")[1].split("replay:")[0]
+    assert "InterpreterError" in block and "site-packages" not in block, block
+    assert not any(f"{sep}attnspec{sep}" in line for line in block.splitlines()[1:]
+                   for sep in "/\\"), block  # the kernel's frames, not attnspec's

@@ -92,17 +92,36 @@ _TORCH = os.path.dirname(os.path.abspath(torch.__file__))  # module dispatch: no
 _FRAMES = 4  # the subject's last frames shown with its exception
 
 
+def _foreign(filename: str) -> bool:
+    """attnspec's, torch's or triton's own file: frames no news to a user."""
+    triton_file = getattr(sys.modules.get("triton"), "__file__", None)
+    skip = [_OWN, _TORCH]
+    if isinstance(triton_file, str):
+        skip.append(os.path.dirname(os.path.abspath(triton_file)))
+    return os.path.abspath(filename).startswith(tuple(d + os.sep for d in skip))
+
+
 def fault_frames(error: BaseException) -> str:
     """Where the subject raised `error`: its last frames (file, line, function, code), one line
-    each and indented, attnspec's and torch's own frames left out; "" where there are none."""
+    each and indented, attnspec's, torch's and triton's own frames left out; then, for an error
+    raised from another (Triton's interpreter wraps what failed in a kernel's body), where that
+    one was raised: the kernel's own line. "" where there are none."""
+    lines: list[str] = []
+    seen: set[int] = set()
+    cause: BaseException | None = error
     try:
-        frames = [f for f in traceback.extract_tb(error.__traceback__)
-                  if not os.path.abspath(f.filename).startswith((_OWN + os.sep, _TORCH + os.sep))]
+        while cause is not None and id(cause) not in seen and len(seen) < 3:
+            seen.add(id(cause))
+            frames = [f for f in traceback.extract_tb(cause.__traceback__)
+                      if not _foreign(f.filename)]
+            if cause is not error and frames:
+                lines.append(f"\n  raised from {fault_text(cause)}")
+            lines += [f"\n  at {f.filename}:{f.lineno} in {f.name}" + (f": {f.line.strip()}"
+                                                                       if f.line else "")
+                      for f in frames[-_FRAMES:]]
+            cause = cause.__cause__
     except Exception:  # noqa: BLE001 - a traceback the subject tampered with: no frames
         return ""
-    lines = [f"\n  at {f.filename}:{f.lineno} in {f.name}" + (f": {f.line.strip()}"
-                                                              if f.line else "")
-             for f in frames[-_FRAMES:]]
     return clip("".join(lines), 1200)
 
 
