@@ -135,7 +135,8 @@ def test_no_private_name_is_imported_across_packages() -> None:
     assert not wrong, "\n".join(sorted(wrong))
 
 
-SOURCES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+# Third-party code kept verbatim (subjects/_vendor) is not ours to size.
+SOURCES = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "_vendor" not in p.parts}
 
 
 def test_no_module_is_over_800_lines() -> None:
