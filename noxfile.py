@@ -56,6 +56,10 @@ def triton(session: nox.Session) -> None:
     # the package alone, and what importing sglang.kernels.ops.attention needs.
     session.install("--no-deps", "sglang==0.5.23")
     session.install(*CONSTRAINTS, *SGLANG_IMPORTS)
+    # vLLM's Triton attention likewise (its wheel pins another torch; these modules load no
+    # compiled extension): the package alone and regex; the tutorial's file imports pytest.
+    session.install("--no-deps", "vllm==0.34.0")
+    session.install(*CONSTRAINTS, "regex", "pytest")
     session.run("python", "tests/kernels/triton/sweep.py", "--write", "docs/triton.md",
                 *session.posargs)
 

@@ -401,3 +401,45 @@ if __name__ == "__main__":  # `python benchmarks/bench_kernels.py`: all four thr
 
     sys.exit(run.main(["--only", "kernel_verify,kernel_broken,kernel_oracle,kernel_profile",
                        *sys.argv[1:]]))
+
+
+# ---- section 15 -----------------------------------------------------------------------------
+
+TRITON_GOAL_S = 60.0  # a default verify of one Triton kernel, interpreted, on 2 idle cores
+TRITON_KERNELS = ("tests/kernels/triton/good/flash_fwd.py",
+                  "tests/kernels/triton/good/flash_varlen.py",
+                  "tests/kernels/triton/good/split_k.py")
+
+
+def triton_verify(cfg: Config) -> dict[str, Any]:
+    """A default `attnspec verify` of each correct Triton kernel of the catalogue, from the shell,
+    in Triton's interpreter where no GPU is seen (docs/triton.md): medians of interleaved runs."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return {"tables": [], "goals": [{"goal": "a Triton verify", "measured": "skipped: "
+                                         "triton is not installed (pip install -e '.[triton]')",
+                                         "status": status(None)}], "data": {}}
+    runs = _runs(cfg)
+    walls: dict[str, list[dict[str, Any]]] = {k: [] for k in TRITON_KERNELS}
+    for r in range(runs):
+        for kernel in _rotated(list(TRITON_KERNELS), r):
+            cfg.log(f"  triton verify round {r + 1}/{runs}: {kernel}")
+            walls[kernel].append(_cli_once(cfg, kernel))
+    medians = {k: median([w["wall"] for w in v]) for k, v in walls.items()}
+    bad = {k: sorted({w["exit"] for w in v if w["exit"] != 0}) for k, v in walls.items()}
+    goals = [{"goal": f"default `attnspec verify {k}` within {TRITON_GOAL_S:g} s on 2 idle cores "
+                      "(interpreted)",
+              "measured": f"{medians[k]:.1f} s (median of {runs}, profile {cfg.profile})"
+                          + (f"; exits {bad[k]}" if bad[k] else ""),
+              "status": status(medians[k] <= TRITON_GOAL_S and not bad[k]
+                               if cfg.profile == "default" else None)}
+             for k in TRITON_KERNELS]
+    rows = [[k, f"{medians[k]:.1f}", ", ".join(f"{w['wall']:.1f}" for w in walls[k])]
+            for k in TRITON_KERNELS]
+    tables = [table(f"`attnspec verify KERNEL --profile {cfg.profile} --no-database --seed 0` "
+                    f"from the shell, interpreted: median of {runs} interleaved runs",
+                    ["kernel", "wall s (median)", "walls s"], rows)]
+    return {"tables": tables, "goals": goals,
+            "data": {"medians_s": medians, "walls": {k: [w["wall"] for w in v]
+                                                     for k, v in walls.items()}}}

@@ -60,6 +60,7 @@ SECTIONS: dict[str, str] = {
     "hf_verify": "12. Verdict speed on a transformers model type",
     "workers": "13. One runner against two (--workers)",
     "zygote": "14. Forked workers against exec'd ones",
+    "triton_verify": "15. Verdict speed on a Triton kernel, interpreted",
 }
 ALIASES = {str(i): name for i, name in enumerate(SECTIONS, start=1)}
 
@@ -83,6 +84,7 @@ def _section(name: str) -> Callable[[Config], dict[str, Any]]:
         "kernel_profile": bench_kernels.kernel_profile,
         "hf_verify": bench_hf.hf_verify, "workers": bench_verify.workers,
         "zygote": bench_verify.zygote,
+        "triton_verify": bench_kernels.triton_verify,
     }
     return functions[name]
 

@@ -20,7 +20,9 @@ import torch
 STANDINS = Path(__file__).parent / "kernels" / "standins"
 LIBRARIES = ("flash_attn", "xformers", "flashinfer", "_standin_dense")
 ADAPTERS = ("flash_attn", "flash_attn_varlen", "flash_attn_kvcache", "xformers",
-            "xformers_bottom_right", "flashinfer", "flashinfer_paged", "sglang_prefill")
+            "xformers_bottom_right", "flashinfer", "flashinfer_paged", "sglang_prefill",
+            "sglang_extend", "sglang_decode", "vllm_prefix_prefill", "vllm_unified",
+            "triton_tutorial")
 BUILTINS = ("kernel_sdpa", "kernel_sdpa_lower_right", "kernel_flex", "kernel_blockwise")
 
 # (B, H, G, Tq, Tk, D): B, H, Tq, Tk, D pairwise distinct, Tq < Tk and Tq > Tk, GQA, and lengths
@@ -471,7 +473,12 @@ def test_adapter_fails_at_load_without_its_library(fresh_modules: None, name: st
     package = {"flash_attn_varlen": "flash_attn", "flash_attn_kvcache": "flash_attn",
                "xformers_bottom_right": "xformers",
                "flashinfer_paged": "flashinfer",
-               "sglang_prefill": "sglang.kernels.ops.attention.prefill_attention"}.get(name, name)
+               "sglang_prefill": "sglang.kernels.ops.attention.prefill_attention",
+               "sglang_extend": "sglang.kernels.ops.attention.extend_attention",
+               "sglang_decode": "sglang.kernels.ops.attention.decode_attention",
+               "vllm_prefix_prefill": "vllm.v1.attention.ops.prefix_prefill",
+               "vllm_unified": "vllm.v1.attention.ops.triton_unified_attention",
+               "triton_tutorial": "triton"}.get(name, name)
     monkeypatch.setitem(sys.modules, package, None)  # import raises ImportError
     with pytest.raises(KernelUnavailable) as raised:
         load(name)

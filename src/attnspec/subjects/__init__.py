@@ -24,8 +24,11 @@ Kernels (PROTOCOL = "kernel": attention(q, k, v, ...) -> o or (o, lse)):
 - Adapters, skipped where their library or a GPU is absent: `flash_attn`, `flash_attn_varlen`,
   `flash_attn_kvcache` (`flash_attn_with_kvcache`, paged),
   `xformers`, `xformers_bottom_right`, `flashinfer`, `flashinfer_paged`
-  (`BatchPrefillWithPagedKVCacheWrapper`, `append_paged_kv_cache`, paged), `sglang_prefill`
-  (SGLang's Triton `context_attention_fwd`; interpreted without a GPU: docs/triton.md);
+  (`BatchPrefillWithPagedKVCacheWrapper`, `append_paged_kv_cache`, paged); Triton's, interpreted
+  without a GPU (docs/triton.md): `sglang_prefill`, `sglang_extend`, `sglang_decode` (SGLang's
+  `context_attention_fwd`, `extend_attention_fwd`, `decode_attention_fwd`),
+  `vllm_prefix_prefill`, `vllm_unified` (vLLM's `context_attention_fwd`, `unified_attention`),
+  `triton_tutorial` (the tutorial's fused attention, vendored);
   `flash_style.flash_attn_style` wraps a kernel of your own with `flash_attn_func`'s signature.
 
 Every protocol v2 built-in but `hf_mistral` and `hf_bloom` has inference hooks: `variants` all
