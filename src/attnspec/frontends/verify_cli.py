@@ -10,6 +10,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from types import FrameType
 from typing import Any, TextIO
@@ -179,6 +180,31 @@ def _write_report(report: Report, path: str) -> None:
         report.write_error = f"{path!r}: {error}"
 
 
+def _json_to_stdout(args: argparse.Namespace, report: Report) -> None:
+    """`--report -`: the JSON report, once, to stdout (the table went to stderr)."""
+    stream = getattr(args, "json_out", None)
+    if stream is not None:
+        print(json.dumps(report.to_json(), indent=2, allow_nan=False), file=stream, flush=True)
+        args.json_out = None  # one document, even where an interruption follows the end
+
+
+_TALLY = (("pass", "passed"), ("fail", "failed"), ("error", "errors"), ("crash", "crashed"),
+          ("timeout", "timed out"), ("flaky", "flaky"), ("incomplete", "incomplete"),
+          ("skip", "skipped"), ("interrupted", "interrupted"))
+
+
+def tally(report: Report, seconds: float) -> str:
+    """The closing line, as pytest ends: `14 passed, 1 failed, 5 skipped in 62.3 s: fails`."""
+    counts: dict[str, int] = {}
+    for p in report.properties:
+        counts[p.verdict] = counts.get(p.verdict, 0) + 1
+    named = dict(_TALLY)
+    parts = [f"{counts.pop(v)} {word}" for v, word in _TALLY if v in counts]
+    parts += [f"{n} {v}" for v, n in counts.items() if v not in named]
+    verdict = report.error and "error" or report.conclusion.split("\n", 1)[0]
+    return f"{', '.join(parts) or 'nothing run'} in {seconds:.1f} s: {printable(verdict)}"
+
+
 def _blank_report(args: argparse.Namespace, **state: Any) -> Report:
     """The report of a run that stopped before its report existed (while the TARGET loaded)."""
     from ..session.selection import select_properties
@@ -300,7 +326,10 @@ def add_verify_parser(sub: Any) -> None:
                              "or signals")
     verify.add_argument("--report", metavar="FILE.json",
                         help="write a JSON report (atomically; once, plainly, to a device or "
-                             "pipe)")
+                             "pipe); '-': the JSON to stdout, and the table to stderr")
+    verify.add_argument("-q", "--quiet", action="store_true",
+                        help="print only the closing line (counts, time, verdict); the exit "
+                             "status and any --report are as without it")
     verify.add_argument("--html", metavar="FILE.html",
                         help="write an HTML report (one self-contained file) with a picture of "
                              "each failure, replayed against the subject")
@@ -419,6 +448,11 @@ def run_verify(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if targets is None:
         return _run_one(args)
+    if len(targets) > 1 and args.report == "-":
+        print(f"attnspec verify: --report - with --hf-backend {args.hf_backend}: one JSON "
+              "document per backend cannot share stdout; give --report FILE.json (each "
+              "backend's is FILE@BACKEND.json).", file=sys.stderr)
+        return EXIT_USAGE
     codes: dict[str, int] = {}
     verdicts: dict[str, dict[str, str]] = {}
     scratch = None if args.report else tempfile.mkdtemp(prefix="attnspec-backends-")
@@ -465,6 +499,11 @@ def _run_one(args: argparse.Namespace) -> int:
     from ..runner.isolation import harden_runner, restore_runner
 
     out, err = _SafeStream(sys.stdout), _SafeStream(sys.stderr)
+    args.started = time.perf_counter()  # the closing line's time: the wall, as pytest's
+    if args.report == "-":  # stdout holds the JSON alone, for `| jq`; people read stderr
+        args.report, args.json_out, out = None, out, err
+    if getattr(args, "quiet", False):
+        args.no_progress, args.table_out, out = True, out, _SafeStream(None)
     # Before any subject code runs: no same-user process (unless root) may ptrace this one or
     # open its /proc/PID/{mem,fd,environ}, and whatever the subject detaches is adopted here.
     before = harden_runner()
@@ -531,6 +570,7 @@ def _run_verify(args: argparse.Namespace, out: _SafeStream, err: _SafeStream,
     except TargetError as error:
         if plain:
             _write_report(_blank_report(args, error=str(error), partial=False), args.report)
+        _json_to_stdout(args, _blank_report(args, error=str(error), partial=False))
         print(f"attnspec verify: {printable(str(error))}", file=err)  # the report says it too
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -567,6 +607,7 @@ def _interrupted(args: argparse.Namespace, stop: _Stop, started: Report | None, 
     renamed = name is not None and _name_the_signal(so_far, name)
     if plain or (renamed and args.report):
         _write_report(so_far, args.report)  # again, saying which signal it was
+    _json_to_stdout(args, so_far)
     if started is not None:
         print("\n" + so_far.summary(), file=out, flush=True)
     kept = (f"; the report so far is in {args.report}, marked interrupted" if args.report
@@ -594,8 +635,12 @@ def _finish(args: argparse.Namespace, report: Report, plain: bool, out: _SafeStr
                   f"{printable(str(error))}", file=err)
     if plain:
         _write_report(report, args.report)
+    _json_to_stdout(args, report)
     # The verdicts decide the exit status, whatever became of stdout (`| head` closes it).
     print(report.summary(), file=out)
+    wall = time.perf_counter() - getattr(args, "started", time.perf_counter())
+    print(("\n" if not getattr(args, "quiet", False) else "") + tally(report, wall),
+          file=getattr(args, "table_out", out))
     if report.write_error is not None:
         print(f"\nattnspec verify: the JSON report could not be written to "
               f"{printable(report.write_error)}", file=err)

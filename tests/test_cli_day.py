@@ -1,0 +1,79 @@
+"""The command line as pytest users expect it (issue 45): `--report -` puts the JSON report on
+stdout alone (the table goes to stderr, so `| jq` works), every run ends with a closing line of
+counts, wall time and verdict, and `-q` prints that line alone."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from attnspec.common.report import PropertyResult, Report
+from attnspec.frontends import verify_cli
+from attnspec.frontends.cli import main
+from attnspec.frontends.verify_cli import tally
+
+HERE = Path(__file__).parent
+QUICK = ["attnspec.subjects.reference", "--only", "width,causality", "--max-examples", "3",
+         "--no-database", "--seed", "0"]
+BROKEN = [str(HERE / "broken" / "no_scale.py"), "--no-database", "--seed", "0",
+          "--max-examples", "5", "--no-progress"]
+CLOSING = re.compile(r"^(\d+ [a-z ]+, )*\d+ [a-z ]+ in \d+\.\d s: \S.*$")
+
+
+def test_report_dash_writes_the_json_alone_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", *QUICK, "--report", "-"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)  # nothing else on stdout
+    assert report["status"] == "pass" and report["target"] == "attnspec.subjects.reference"
+    assert {p["id"]: p["verdict"] for p in report["properties"]}["width"] == "pass"
+    assert re.search(r"property\s+verdict", err) and "conforms" in err  # the table: stderr
+    assert "report: -" not in err + out
+
+
+def test_every_run_ends_with_counts_time_and_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", *QUICK, "--no-progress"]) == 0
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert CLOSING.match(last), last
+    assert last.startswith("2 passed in ") and ": conforms" in last, last
+
+
+def test_a_failing_run_counts_its_failures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", *BROKEN, "--only", "width,oracle"]) == 1
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert CLOSING.match(last) and "1 failed" in last and "1 passed" in last, last
+    assert ": fails" in last, last
+
+
+def test_quiet_prints_the_closing_line_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", *QUICK, "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.strip().splitlines()) == 1 and CLOSING.match(out.strip()), out
+    assert not re.search(r"property\s+verdict", out + err)
+
+
+def test_quiet_with_report_dash_keeps_stdout_for_the_json(capsys: pytest.CaptureFixture[str],
+                                                         ) -> None:
+    assert main(["verify", *QUICK, "-q", "--report", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["status"] == "pass"
+    assert CLOSING.match(err.strip()), err
+
+
+def test_report_dash_with_several_backends_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verify_cli, "_hf_targets", lambda args: ["hf:x@eager", "hf:x@sdpa"])
+    assert main(["verify", "hf:x", "--hf-backend", "all", "--report", "-"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot share stdout" in err and "FILE@BACKEND.json" in err and "Traceback" not in err
+
+
+def test_the_closing_line_names_each_verdict_once() -> None:
+    verdicts = ["pass", "pass", "fail", "skip", "error", "timeout"]
+    report = Report(target="t", header={}, partial=False, properties=[
+        PropertyResult(id=f"p{i}", verdict=v, examples=1) for i, v in enumerate(verdicts)])
+    line = tally(report, 4.12)
+    assert line.startswith("2 passed, 1 failed, 1 errors, 1 timed out, 1 skipped in 4.1 s: ")
+    assert line.endswith(report.conclusion.split("\n")[0])
