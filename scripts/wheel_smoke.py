@@ -50,6 +50,9 @@ def run(*args: str | Path, cwd: Path | None = None, want: int = 0) -> str:
     if result.returncode != want:
         sys.exit(f"wanted exit {want}, got {result.returncode}:\n{result.stdout[-3000:]}\n"
                  f"{result.stderr[-3000:]}")
+    if "Failed to initialize NumPy" in result.stdout + result.stderr:  # numpy is optional
+        sys.exit("torch's warning that numpy is absent reached the user:\n"
+                 f"{result.stderr[-3000:]}")
     return result.stdout
 
 

@@ -77,3 +77,16 @@ def test_the_closing_line_names_each_verdict_once() -> None:
     line = tally(report, 4.12)
     assert line.startswith("2 passed, 1 failed, 1 errors, 1 timed out, 1 skipped in 4.1 s: ")
     assert line.endswith(report.conclusion.split("\n")[0])
+
+
+def test_torchs_note_that_numpy_is_absent_is_not_shown() -> None:
+    """numpy is optional; torch warns at import that it is absent (scripts/wheel_smoke.py runs
+    every command in a venv without numpy and fails on the warning)."""
+    import subprocess
+    import sys
+
+    code = ("import warnings, attnspec; warnings.warn_explicit('Failed to initialize NumPy: No "
+            "module named numpy', UserWarning, 'torch/x.py', 1)")
+    done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0 and "NumPy" not in done.stderr, done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from ._errors import AttnspecError as AttnspecError
@@ -13,6 +14,9 @@ from ._errors import TargetError as TargetError
 from ._errors import UsageError as UsageError
 
 __version__ = "0.3.0"
+
+# numpy is optional: torch's import-time note that it is absent is noise on every command.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 # Tracebacks name the errors where users import them from: attnspec.ShapeError.
 for _error in (AttnspecError, ConfigError, DivisibilityError, ShapeError, TargetError, UsageError):
