@@ -90,3 +90,38 @@ def test_torchs_note_that_numpy_is_absent_is_not_shown() -> None:
     done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True,
                           text=True, check=False)
     assert done.returncode == 0 and "NumPy" not in done.stderr, done.stderr
+
+
+SUBJECT_WITH_NAMES = '''
+import torch
+from attnspec.subjects.reference import build, export_weights
+
+DTYPES = ("float64", "torch.float32")
+'''
+
+
+def test_dtypes_may_be_named_as_dtype_takes_them(tmp_path: Path) -> None:
+    import attnspec
+
+    path = tmp_path / "named_dtypes.py"
+    path.write_text(SUBJECT_WITH_NAMES)
+    report = attnspec.verify(str(path), only="width", max_examples=4, seed=0, database=False)
+    assert report.ok, report.summary()
+    assert report.header["dtypes"] == {"cpu": ["float64", "float32"]}
+
+
+@pytest.mark.parametrize(("declared", "said"), [
+    ('"float64"', "is one dtype, not a sequence: write ('float64',)"),
+    ('("float64", 3)', "3 is neither a torch dtype nor a dtype's name"),
+    ('("float8",)', "DTYPES lists float8; attnspec checks float32, float64, bfloat16, float16"),
+])
+def test_a_dtypes_that_is_not_names_or_dtypes_says_which_entry(tmp_path: Path, declared: str,
+                                                              said: str) -> None:
+    import attnspec
+    from attnspec import TargetError
+
+    path = tmp_path / "bad_dtypes.py"
+    path.write_text(SUBJECT_WITH_NAMES.replace('("float64", "torch.float32")', declared))
+    with pytest.raises(TargetError) as raised:
+        attnspec.verify(str(path), only="width", max_examples=2, database=False)
+    assert said in str(raised.value) and "bad_dtypes.py" in str(raised.value)

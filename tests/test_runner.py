@@ -53,7 +53,8 @@ TARGET_ERRORS = {
     "build_wrong_params.py": "TARGET 'tests/faulty/targets/build_wrong_params.py': "
                              "build(config) cannot be called as build(n_embd, n_head).",
     "bad_dtypes.py": "TARGET 'tests/faulty/targets/bad_dtypes.py': DTYPES must be a sequence "
-                     "of torch dtypes, got ('float32',).",
+                     "of torch dtypes or their names (torch.float32 or 'float32'), got "
+                     "('float32', 3): 3 is neither a torch dtype nor a dtype's name.",
     "integer_dtypes.py": "TARGET 'tests/faulty/targets/integer_dtypes.py': DTYPES lists int8; "
                          "attnspec checks float32, float64, bfloat16, float16.",
     "": "TARGET 'tests/faulty/targets/': 'tests/faulty/targets/' is a directory; give a .py "

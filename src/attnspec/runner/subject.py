@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .._errors import ConfigError, TargetError
-from ..common.dtypes import DTYPE_NAMES, dtype_name
+from ..common.dtypes import DTYPE_NAMES, declared_dtype_names
 from ..common.options import HEAD_DIM_LIMIT, HEADS_LIMIT, MAX_WORLD
 
 __all__ = ["Subject", "check_variants", "clip", "fault_frames", "fault_text",
@@ -372,17 +372,20 @@ def sharding_of(obj: Any, target: str) -> tuple[tuple[int, ...], str]:
 
 
 def _dtypes(obj: Any, target: str) -> tuple[str, ...] | None:
-    """A subject's DTYPES by name, checked (None: attnspec's defaults)."""
+    """A subject's DTYPES by name, checked (None: attnspec's defaults): torch dtypes or their
+    names, as --dtype takes them."""
     declared = getattr(obj, "DTYPES", None)
     if declared is None:
         return None
     try:
-        dtypes = tuple(dtype_name(d) for d in declared if isinstance(d, torch.dtype))
-    except TypeError:
-        dtypes = ()
-    if not dtypes or len(dtypes) != len(list(declared)):
-        raise TargetError(f"TARGET {target!r}: DTYPES must be a sequence of torch dtypes, "
-                          f"got {declared!r}.")
+        dtypes = declared_dtype_names(declared)
+    except TypeError as error:
+        raise TargetError(f"TARGET {target!r}: DTYPES must be a sequence of torch dtypes or "
+                          f"their names (torch.float32 or 'float32'), got {declared!r}: "
+                          f"{error}.") from None
+    if not dtypes:
+        raise TargetError(f"TARGET {target!r}: DTYPES is empty; name at least one of "
+                          f"{', '.join(DTYPE_NAMES)}, or leave it out for attnspec's defaults.")
     unknown = [d for d in dtypes if d not in DTYPE_NAMES]
     if unknown:
         raise TargetError(f"TARGET {target!r}: DTYPES lists {', '.join(unknown)}; attnspec "

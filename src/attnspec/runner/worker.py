@@ -678,10 +678,7 @@ class InProcess:
 
 
 def _subject_from_object(obj: Any) -> Subject:
-    import torch
-
-    from ..common.dtypes import dtype_name
-    from .subject import _hooks, _load_kernel, protocol_of, sharding_of
+    from .subject import _dtypes, _hooks, _load_kernel, protocol_of, sharding_of
 
     if getattr(obj, "PROTOCOL", None) == "kernel":
         name = str(getattr(obj, "__name__", type(obj).__name__))
@@ -689,10 +686,8 @@ def _subject_from_object(obj: Any) -> Subject:
     build = getattr(obj, "build", None) or (obj if callable(obj) else None)
     if build is None or not callable(build):
         raise TargetError(f"TARGET {obj!r} has no build(n_embd, n_head) and is not callable.")
-    declared: Sequence[Any] | None = getattr(obj, "DTYPES", None)
-    dtypes = (tuple(dtype_name(d) for d in declared if isinstance(d, torch.dtype))
-              if declared is not None else None)
     name = getattr(obj, "__name__", type(obj).__name__)
+    dtypes = _dtypes(obj, str(name))
     protocol, variants, revision = protocol_of(obj, str(name))
     hooks, corner, masked_rows, padding_values = _hooks(obj, str(name), protocol)
     world_sizes, cp_layout = sharding_of(obj, str(name))

@@ -1,6 +1,6 @@
 import torch
 
-DTYPES = ("float32",)
+DTYPES = ("float32", 3)
 
 
 def build(n_embd, n_head):
