@@ -15,7 +15,9 @@ Conventions, as in hypothesis.extra.numpy: every strategy is a function returnin
 impossible argument raises `StrategyError` (an `attnspec.UsageError` and a
 `hypothesis.errors.InvalidArgument`) when the strategy is made, not during a draw.
 
-Importing this module imports Hypothesis and torch; `import attnspec` alone does not.
+Importing this module imports Hypothesis and torch; `import attnspec` alone does not. It
+registers `specs()` for `st.from_type(attnspec.AttentionSpec)` (and so for `st.builds` of
+anything that takes an AttentionSpec).
 
 - sizes: `batch_sizes`, `seq_lengths`, `head_dims`, `kernel_lengths`;
 - configurations (n_embd, n_head): `configs`, `invalid_configs`;
@@ -42,6 +44,17 @@ from .session.strategies import (
 )
 
 StrategyError.__module__ = __name__  # tracebacks name it where users import it from
+
+
+def _register() -> None:
+    from hypothesis import strategies as st
+
+    from .reference.spec import AttentionSpec
+
+    st.register_type_strategy(AttentionSpec, specs())
+
+
+_register()
 
 __all__ = ["KernelCase", "PaddedBatch", "StrategyError", "batch_sizes", "configs", "cut_points",
            "head_dims", "inputs", "invalid_configs", "kernel_cases", "kernel_lengths",

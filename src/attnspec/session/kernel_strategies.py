@@ -328,6 +328,22 @@ class KernelCase:
     corner: str
     example: KernelExample
 
+    def __repr__(self) -> str:
+        """Shapes, dtype and device, not tensors' values: what a falsifying example prints."""
+        def shown(t: Tensor) -> str:
+            return f"<{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')} {t.device}>"
+
+        calls = [f"causal={self.causal}"] + [
+            f"{name}={value!r}" for name, value in (("window", self.window),
+                                                    ("softcap", self.softcap),
+                                                    ("softmax_scale", self.softmax_scale))
+            if value is not None]
+        calls += [f"{name}=<(H,) float32>" for name in ("alibi_slopes", "sinks")
+                  if getattr(self.example, "alibi" if name == "alibi_slopes" else name, None)]
+        return (f"KernelCase(q={shown(self.q)}, k={shown(self.k)}, v={shown(self.v)}, "
+                f"layout={self.layout!r}, corner={self.corner!r}, {', '.join(calls)}, "
+                f"seed={self.example.seed})")
+
     @property
     def causal(self) -> bool:
         return self.example.causal
