@@ -125,3 +125,39 @@ def test_a_dtypes_that_is_not_names_or_dtypes_says_which_entry(tmp_path: Path, d
     with pytest.raises(TargetError) as raised:
         attnspec.verify(str(path), only="width", max_examples=2, database=False)
     assert said in str(raised.value) and "bad_dtypes.py" in str(raised.value)
+
+
+@pytest.mark.parametrize("imports", ["from .common import SCALE", "from mypkg.common import SCALE"])
+def test_a_file_inside_a_package_suggests_its_dotted_name(tmp_path: Path, imports: str,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         ) -> None:
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "common.py").write_text("SCALE = 1.0\n")
+    (package / "attn.py").write_text(f"{imports}\n"
+                                     "from attnspec.subjects.reference import build\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["verify", "mypkg/attn.py", "--only", "width", "--no-database"]) == 2
+    err = capsys.readouterr().err
+    assert "It is inside the package 'mypkg'" in err and "`attnspec verify mypkg.attn`" in err
+    assert f"from {tmp_path}" in err and "Traceback" not in err, err
+
+
+def test_a_relative_target_resolves_from_where_the_caller_stands_now(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        ) -> None:
+    """Workers forked from the zygote start in the runner's directory of the moment, not the
+    zygote's at its fork (the command line run twice in one process, from two directories)."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (first / "subject.py").write_text("from attnspec.subjects.reference import build\n")
+    (second / "subject.py").write_text("raise RuntimeError('the second directory')\n")
+    quick = ["verify", "subject.py", "--only", "width", "--max-examples", "2", "--no-database"]
+    monkeypatch.chdir(first)
+    assert main(quick) == 0
+    monkeypatch.chdir(second)
+    assert main(quick) == 2
+    assert "the second directory" in capsys.readouterr().err

@@ -213,8 +213,9 @@ class _Zygote:
             if self._conn is None or not is_subreaper():  # a worker re-parented elsewhere
                 return None  # would never be ours to wait for
             ours, theirs = socket.socketpair()
+            # the runner's directory now, not the zygote's at its fork: relative TARGETs
             request = {"user": None if user is None else
-                       [user.uid, user.gid, user.home, user.name]}
+                       [user.uid, user.gid, user.home, user.name], "cwd": os.getcwd()}
             try:
                 socket.send_fds(self._conn, [json.dumps(request).encode()], [theirs.fileno()])
                 self._conn.settimeout(_ZYGOTE_ANSWER)
@@ -322,7 +323,7 @@ def _zygote_main(conn: socket.socket, owner: int, entry: Entry) -> None:
             return
         try:
             request = json.loads(message)
-            pid = _fork_worker(fds[0], request.get("user"), owner, entry)
+            pid = _fork_worker(fds[0], request.get("user"), owner, entry, request.get("cwd"))
         except BaseException as error:  # noqa: BLE001 - the owner reads it and execs instead
             with contextlib.suppress(OSError):
                 conn.send(json.dumps({"error": repr(error)[:200]}).encode())
@@ -335,7 +336,8 @@ def _zygote_main(conn: socket.socket, owner: int, entry: Entry) -> None:
             return
 
 
-def _fork_worker(fd: int, user: list[Any] | None, owner: int, entry: Entry) -> int:
+def _fork_worker(fd: int, user: list[Any] | None, owner: int, entry: Entry,
+                 cwd: str | None = None) -> int:
     """Fork twice: the worker's parent exits at once, so the worker is re-parented to the
     owner (a subreaper), which waits for it; its pid."""
     read, write = os.pipe()
@@ -346,7 +348,7 @@ def _fork_worker(fd: int, user: list[Any] | None, owner: int, entry: Entry) -> i
             pid = os.fork()
             if pid == 0:
                 os.close(write)
-                _become_worker(fd, user, owner, entry)
+                _become_worker(fd, user, owner, entry, cwd)
             os.write(write, str(pid).encode())
         finally:
             os._exit(0)
@@ -356,12 +358,16 @@ def _fork_worker(fd: int, user: list[Any] | None, owner: int, entry: Entry) -> i
         return int(pipe.read(32))
 
 
-def _become_worker(fd: int, user: list[Any] | None, owner: int, entry: Entry) -> None:
+def _become_worker(fd: int, user: list[Any] | None, owner: int, entry: Entry,
+                   cwd: str | None = None) -> None:
     """In the forked worker: what `_exec`'s Popen does (a session of its own, the user, the
     environment, stdin and stdout), then the worker's main; never returns."""
     code = 1
     try:
         os.setsid()  # its own process group, killed as one
+        if isinstance(cwd, str):
+            with contextlib.suppress(OSError):
+                os.chdir(cwd)  # where an exec'd worker would start
         with contextlib.suppress(OSError, AttributeError):
             import ctypes
 

@@ -169,8 +169,9 @@ def _import(target: str, spec: str) -> tuple[ModuleType, str]:
             module_spec.loader.exec_module(module)
         except Exception as error:
             del sys.modules[name]
+            hint = _package_hint(path) if isinstance(error, ImportError) else ""
             raise TargetError(f"TARGET {target!r} failed to import: "
-                              f"{_error_location(error, (path,))}") from None
+                              f"{_error_location(error, (path,))}{hint}") from None
         return module, path
     if "." not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # a dotted TARGET resolves from where the user stands
@@ -186,6 +187,22 @@ def _import(target: str, spec: str) -> tuple[ModuleType, str]:
         raise TargetError(f"TARGET {target!r} failed to import: "
                           f"{_error_location(error, ())}") from None
     return module, getattr(module, "__file__", None) or spec
+
+
+def _package_hint(path: str) -> str:
+    """For a file inside a package whose import failed: its dotted name, which imports the
+    package first (a path TARGET is imported alone, so `from . import x` or its package's
+    siblings cannot resolve)."""
+    directory, parts = os.path.dirname(path), [os.path.splitext(os.path.basename(path))[0]]
+    while os.path.isfile(os.path.join(directory, "__init__.py")):
+        directory, package = os.path.split(directory)
+        parts.insert(0, package)
+    if len(parts) == 1 or not all(p.isidentifier() for p in parts):
+        return ""
+    dotted = ".".join(parts)
+    return (f". It is inside the package {parts[0]!r}: give it by its dotted name, "
+            f"`attnspec verify {dotted}`, from {directory} (or with {directory} on "
+            "PYTHONPATH), so that its package's imports resolve.")
 
 
 def _optional(obj: Any, attr: str, target: str) -> Any:
