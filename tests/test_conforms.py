@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -37,10 +38,13 @@ def test_incomplete_exits_3_says_why_last_and_black_box_exits_0_saying_so(tmp_pa
     done = cli("verify", str(UNNAMED), "--max-examples", "4", "--seed", "0", "--no-progress",
                "--report", str(report))
     assert done.returncode == 3, done.stdout + done.stderr
-    last = [line for line in done.stdout.splitlines() if line.strip()][-2]  # before report:
-    assert last.startswith("incomplete (no failure, but not every check the run needs ran): "
-                           "oracle: required, but it did not run: the subject has no "
-                           "export_weights, and no projections were found by name"), last
+    *_, last, closing, _ = [line for line in done.stdout.splitlines() if line.strip()]
+    why = ("incomplete (no failure, but not every check the run needs ran): oracle: required, "
+           "but it did not run: the subject has no export_weights, and no projections were "
+           "found by name")
+    assert last.startswith(why), last  # the conclusion, then the closing line, then report:
+    assert re.match(r"\d+ passed, 1 incomplete, \d+ skipped in [\d.]+ s: ", closing), closing
+    assert closing.split(" s: ", 1)[1].startswith(why), closing
     assert "weights: none: no export_weights" in done.stdout  # in the header too
     data = json.loads(report.read_text())
     assert data["status"] == "incomplete" and data["conclusion"].startswith("incomplete")

@@ -53,6 +53,7 @@ BLOCK_N = 32). The vendored file is unchanged; it imports pytest, so pytest must
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from typing import Any
@@ -91,8 +92,9 @@ def _ensure_driver() -> None:
     else (interpreted) `_InterpreterDriver`."""
     triton = require("triton", subject=__name__, library=_LIBRARY,
                      install="pip install 'attnspec[triton]'", needs_cuda=False)
-    from triton.backends.compiler import GPUTarget  # type: ignore[import-untyped]
-    from triton.backends.driver import DriverBase  # type: ignore[import-untyped]
+    # by name: triton is an optional extra, absent where mypy checks the package in CI
+    GPUTarget: Any = importlib.import_module("triton.backends.compiler").GPUTarget  # noqa: N806
+    DriverBase: Any = importlib.import_module("triton.backends.driver").DriverBase  # noqa: N806
 
     try:
         triton.runtime.driver.active  # noqa: B018 (the property creates the default driver)
