@@ -76,6 +76,8 @@ def test_built_in_kernel_passes_every_property(name: str) -> None:
     # CI's share stays below the flex and blockwise kernels' cost at T = 256 (tens of seconds
     # per property on 2 cores: python tiles, a block mask per call); nox -s catalogue has it.
     share = {} if FULL else {"max_examples": 10, "max_seq": 64}
+    if name == "kernel_flex" and not FULL:  # 54 s of CI's 10 minutes at the share above
+        share = {"max_examples": 5, "max_seq": 32}
     report = _verify(f"attnspec.subjects.{name}", **share)
     assert report.ok, report.summary()
     assert any(p.verdict == "pass" for p in report.properties)
