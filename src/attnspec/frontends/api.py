@@ -19,6 +19,7 @@ from ..reference.trace import ShapeTrace
 from ..reference.variants import SpecAttention
 
 if TYPE_CHECKING:
+    from ..common.options import RunOptions
     from ..common.report import Progress, Report
     from ..properties.base import Example
 
@@ -172,19 +173,26 @@ def verify(
     **Returns:** a `Report`. A TARGET that cannot be loaded raises `TargetError`; bad options
     raise `UsageError`.
     """
-    from ..common.options import RunOptions
     from ..session.run import run
     from ..session.selection import select_properties
 
     props = select_properties(only, skip, kernel=None)  # each family's, once the subject loads
-    options = RunOptions(device=device, dtypes=None if dtypes is None else tuple(dtypes),
-                         profile=profile, max_examples=max_examples, seed=seed,
-                         timeout=timeout, max_seq=max_seq, max_heads=max_heads,
-                         max_head_dim=max_head_dim, max_width=max_width, database=database,
-                         world_sizes=None if world_sizes is None else tuple(world_sizes),
-                         worker_user=worker_user, black_box=black_box,
-                         require=None if require is None else tuple(
-                             [require] if isinstance(require, str) else require))
+    options = run_options(device=device, dtypes=dtypes, profile=profile,
+                          max_examples=max_examples, seed=seed, timeout=timeout,
+                          max_seq=max_seq, max_heads=max_heads, max_head_dim=max_head_dim,
+                          max_width=max_width, database=database, world_sizes=world_sizes,
+                          worker_user=worker_user, black_box=black_box, require=require)
     return run(target, options, props, only=only, skip=skip, report=report, isolate=isolate,
                progress=progress, exitfirst=exitfirst, replay=replay, on_start=on_start,
                workers=workers)
+
+
+def run_options(*, dtypes: Sequence[str] | None, world_sizes: Sequence[int] | None,
+                require: Iterable[str] | str | None, **given: Any) -> RunOptions:
+    """verify()'s options as the session takes them; a bad one raises UsageError naming it."""
+    from ..common.options import RunOptions
+
+    return RunOptions(dtypes=None if dtypes is None else tuple(dtypes),
+                      world_sizes=None if world_sizes is None else tuple(world_sizes),
+                      require=None if require is None else tuple(
+                          [require] if isinstance(require, str) else require), **given)

@@ -231,7 +231,7 @@ FLAGS = {"only": "--only", "skip": "--skip", "device": "--device", "dtypes": "--
          "max_heads": "--max-heads", "max_head_dim": "--max-head-dim", "max_width": "--max-width",
          "replay": "--replay", "world_sizes": "--world-sizes", "worker_user": "--worker-user",
          "workers": "--workers", "black_box": "--black-box", "require": "--require",
-         "html": "--html"}
+         "html": "--html", "jobs": "--jobs", "engine": "--engine"}
 """verify()'s parameters, as the command line spells them."""
 
 
@@ -278,7 +278,10 @@ def add_verify_parser(sub: Any) -> None:
                     "when one fails, 2 when TARGET cannot be loaded or the command is misused, "
                     "3 when nothing failed but a required check (the oracle, unless "
                     "--black-box) could not run (incomplete).")
-    verify.add_argument("target", metavar="TARGET")
+    verify.add_argument("target", metavar="TARGET", nargs="+",
+                        help="one or more: several, or a folder (its *.py files that define a "
+                             "subject), are judged each in a runner of its own (--jobs at "
+                             "once), one line each in a JSONL --report")
     verify.add_argument("--only", action="append", metavar="IDS",
                         help="comma-separated property ids to run")
     verify.add_argument("--skip", action="append", metavar="IDS",
@@ -353,6 +356,19 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--no-database", action="store_true",
                         help="do not read or write Hypothesis's example database")
     verify.add_argument("--no-progress", action="store_true", help="no progress lines")
+    many = verify.add_argument_group(
+        "many targets", "several TARGETs or a folder; each target's verdict is one line of the "
+        "JSONL report, written as it ends")
+    many.add_argument("--jobs", type=_up_to(256), default=None, metavar="N",
+                      help="targets judged at once (default: one per core)")
+    many.add_argument("--resume", action="store_true",
+                      help="continue a JSONL --report: targets whose file (sha256) has a line "
+                           "made with the same options are not judged again")
+    many.add_argument("--engine", choices=("local", "ray"), default=None,
+                      help="local: judges forked on this machine (default); ray: one Ray task "
+                           "per target (pip install 'attnspec[ray]')")
+    many.add_argument("--ray-address", metavar="ADDR",
+                      help="the Ray cluster to use (default: start a local one)")
     verify.add_argument("--hf-backend", metavar="BACKEND",
                         help="for an hf:TYPE TARGET: eager, sdpa, flex_attention, or all "
                              "(each backend the model type runs here, one verify each, then "
@@ -441,6 +457,11 @@ def _hf_targets(args: argparse.Namespace) -> list[str] | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from .many_cli import is_many, run_many
+
+    if is_many(args):
+        return run_many(args)
+    args.target = args.target[0]
     try:
         targets = _hf_targets(args)
     except ValueError as error:
