@@ -23,7 +23,7 @@ PUBLIC = [
     "Residual", "RoPE",
     "ShapeError", "ShapeTrace", "ShardError", "SpecAttention", "TargetError", "UsageError",
     "YaRN", "check_shardable", "divisors", "kernel_attention", "plot_heads",
-    "shard_positions_of", "trace", "typecheck_enabled", "verify",
+    "shard_positions_of", "trace", "typecheck_enabled", "verify", "verify_many",
 ]
 
 
