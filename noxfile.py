@@ -65,6 +65,16 @@ def triton(session: nox.Session) -> None:
 
 
 @nox.session
+def ray(session: nox.Session) -> None:
+    """Many targets over Ray: a local cluster of two nodes (`ray start --head`, then `ray start
+    --address`), a folder of 20 correct, broken and hostile targets verified with --engine ray,
+    the second node killed partway; the JSONL must hold each target once, with the local
+    engine's verdicts (scripts/ray_check.py; not in CI)."""
+    session.install(*CONSTRAINTS, "-e", ".[ray]")
+    session.run("python", "scripts/ray_check.py", *session.posargs)
+
+
+@nox.session
 def catalogue(session: nox.Session) -> None:
     """Every broken and correct implementation on every property, and every compat subject
     (tests/compat/) whole, ci profile (not in CI)."""

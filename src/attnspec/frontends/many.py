@@ -583,6 +583,8 @@ def serve() -> int:
     never runs here, only in each judge's worker."""
     from ..runner import spawn
 
+    with contextlib.suppress(OSError, AttributeError):  # it goes with its Ray worker
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     os.environ.update(spawn.worker_env(dict(os.environ)))
     import torch  # noqa: F401 - every judge starts with it imported
 
@@ -602,8 +604,11 @@ def serve() -> int:
         _remove(report)
         with contextlib.suppress(OSError):
             os.rmdir(scratch)
-        out.write(json.dumps({"code": code, "report": data, "problem": problem}) + "\n")
-        out.flush()
+        try:
+            out.write(json.dumps({"code": code, "report": data, "problem": problem}) + "\n")
+            out.flush()
+        except OSError:  # its Ray worker is gone: nobody to answer
+            return 1
     return 0
 
 
