@@ -70,7 +70,7 @@ def ray(session: nox.Session) -> None:
     --address`), a folder of 20 correct, broken and hostile targets verified with --engine ray,
     the second node killed partway; the JSONL must hold each target once, with the local
     engine's verdicts (scripts/ray_check.py; not in CI)."""
-    session.install(*CONSTRAINTS, "-e", ".[ray]")
+    session.install(*CONSTRAINTS, "-e", ".[ray,hf]")
     session.run("python", "scripts/ray_check.py", *session.posargs)
 
 

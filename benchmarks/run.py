@@ -18,6 +18,8 @@ Sections (docs/benchmarks.md explains each and how to read the numbers):
   hf_verify      12. a default `attnspec verify hf:TYPE@BACKEND` (transformers adapter)
   workers        13. one runner against two: default verifies and the catalogue's rejections
   zygote         14. workers forked from a zygote against exec'd ones (and --before REF)
+  triton_verify  15. a default verify of each correct Triton kernel, interpreted
+  many           16. 100 targets: separate processes, verify DIR --jobs 2, --engine ray
 
 Writes PREFIX.md (tables) and PREFIX.json (everything, with the machine); PREFIX defaults to
 benchmarks/results (benchmarks/results-cuda with --device cuda). Both are rewritten after every
@@ -61,6 +63,7 @@ SECTIONS: dict[str, str] = {
     "workers": "13. One runner against two (--workers)",
     "zygote": "14. Forked workers against exec'd ones",
     "triton_verify": "15. Verdict speed on a Triton kernel, interpreted",
+    "many": "16. Many targets: one process each, --jobs 2, Ray",
 }
 ALIASES = {str(i): name for i, name in enumerate(SECTIONS, start=1)}
 
@@ -69,6 +72,7 @@ def _section(name: str) -> Callable[[Config], dict[str, Any]]:
     import bench_forward
     import bench_hf
     import bench_kernels
+    import bench_many
     import bench_sharded
     import bench_verify
     import bench_wire
@@ -85,6 +89,7 @@ def _section(name: str) -> Callable[[Config], dict[str, Any]]:
         "hf_verify": bench_hf.hf_verify, "workers": bench_verify.workers,
         "zygote": bench_verify.zygote,
         "triton_verify": bench_kernels.triton_verify,
+        "many": bench_many.many,
     }
     return functions[name]
 

@@ -142,6 +142,12 @@ def main() -> int:
         if len(nodes) < 2:
             failures.append(f"every line came from one node ({nodes}): nothing ran on the other")
         for line in lines:
+            stem = Path(str(line["target"])).stem
+            kind = "good" if stem in GOOD else "broken" if stem in BROKEN else "hostile"
+            if kind != "hostile" and line["status"] != {"good": "conforms",
+                                                         "broken": "fails"}[kind]:
+                failures.append(f"{line['target']} ({kind}): {line['status']} "
+                                f"{line['conclusion']}")
             want = expected.get(str(line["target"]))
             if want is None or line["properties"] != want["properties"] \
                     or line["status"] != want["status"]:
