@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .common.report import Report as Report
     from .frontends.api import trace as trace
     from .frontends.api import verify as verify
-    from .frontends.many import verify_many as verify_many
+    from .frontends.many_api import verify_many as verify_many
     from .frontends.plot import plot_heads as plot_heads
     from .reference.config import AttentionConfig as AttentionConfig
     from .reference.config import divisors as divisors
@@ -60,7 +60,7 @@ _LAZY = {
     "divisors": ".reference.config",
     "PROPERTIES": ".session.engine", "KERNEL_PROPERTIES": ".session.engine",
     "kernel_attention": ".reference.core", "verify": ".frontends.api",
-    "verify_many": ".frontends.many",
+    "verify_many": ".frontends.many_api",
     "plot_heads": ".frontends.plot",
     "AttentionWeights": ".reference.module", "CausalSelfAttention": ".reference.module",
     "HeadTensor": ".reference.module", "Residual": ".reference.module", "Report": ".common.report",

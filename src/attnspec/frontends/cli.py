@@ -217,9 +217,10 @@ def _main(argv: Sequence[str] | None) -> int:
             return _trace(args)
         if args.command == "plot":
             return _plot(args)
+        from .many_cli import is_many, run_many
         from .verify_cli import run_verify
 
-        return run_verify(args)
+        return run_many(args) if is_many(args) else run_verify(args)
     except (AttnspecError, ValueError) as error:
         # Misuse and bad configurations: the message alone, no traceback.
         from .verify_cli import FLAGS, in_flags

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from .._errors import UsageError
-from ..common.report import printable
+from ..common.report import coloured, printable, wants_colour
 from .verify_cli import (
     EXIT_FAILED,
     EXIT_INCOMPLETE,
@@ -36,7 +36,7 @@ def is_many(args: argparse.Namespace) -> bool:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    from .many import _verify_options
+    from .many_api import _verify_options
 
     dtypes = [d.strip() for value in args.dtype or () for d in value.split(",") if d.strip()]
     return _verify_options({
@@ -70,7 +70,8 @@ def run_many(args: argparse.Namespace) -> int:
     if "torch" not in sys.modules:  # the judges fork from here: their workers' OpenMP reads it
         os.environ.update(spawn.worker_env(dict(os.environ)))
     make_undumpable()  # no same-user process may read this one's memory
-    from .many import Lines, _judged, check_options, collect, default_jobs, options_digest
+    from .many import Lines, collect, options_digest
+    from .many_api import _judged, check_options, default_jobs
 
     options = _options(args)
     check_options(options)
@@ -135,7 +136,10 @@ def _progress(out: _SafeStream, k: int, total: int, started: float,
     wall = time.perf_counter() - started
     left = wall / k * (total - k)
     conclusion = "" if line["status"] == "conforms" else "  " + line["conclusion"].split("\n")[0]
-    print(f"[{k:>{len(str(total))}}/{total}] {line['status']:<10} {printable(line['target'])}  "
+    status = f"{line['status']:<10}"
+    if wants_colour(out):
+        status = coloured(status, line["status"])
+    print(f"[{k:>{len(str(total))}}/{total}] {status} {printable(line['target'])}  "
           f"{line['seconds']:.1f} s  (about {left:.0f} s left){printable(conclusion[:200])}",
           file=out, flush=True)
 

@@ -27,7 +27,15 @@ from ..common.options import (
     PROFILES,
     WIDTH_LIMIT,
 )
-from ..common.report import PropertyResult, Report, check_report_path, is_stream, printable
+from ..common.report import (
+    PropertyResult,
+    Report,
+    check_report_path,
+    coloured,
+    is_stream,
+    printable,
+    wants_colour,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 # A replay example is one short object (a few hundred characters); far more is something else.
@@ -193,7 +201,7 @@ _TALLY = (("pass", "passed"), ("fail", "failed"), ("error", "errors"), ("crash",
           ("skip", "skipped"), ("interrupted", "interrupted"))
 
 
-def tally(report: Report, seconds: float) -> str:
+def tally(report: Report, seconds: float, colour: bool = False) -> str:
     """The closing line, as pytest ends: `14 passed, 1 failed, 5 skipped in 62.3 s: fails`."""
     counts: dict[str, int] = {}
     for p in report.properties:
@@ -201,8 +209,10 @@ def tally(report: Report, seconds: float) -> str:
     named = dict(_TALLY)
     parts = [f"{counts.pop(v)} {word}" for v, word in _TALLY if v in counts]
     parts += [f"{n} {v}" for v, n in counts.items() if v not in named]
-    verdict = report.error and "error" or report.conclusion.split("\n", 1)[0]
-    return f"{', '.join(parts) or 'nothing run'} in {seconds:.1f} s: {printable(verdict)}"
+    verdict = printable(report.error and "error" or report.conclusion.split("\n", 1)[0])
+    if colour:
+        verdict = coloured(verdict, "error" if report.error else report.status)
+    return f"{', '.join(parts) or 'nothing run'} in {seconds:.1f} s: {verdict}"
 
 
 def _blank_report(args: argparse.Namespace, **state: Any) -> Report:
@@ -356,6 +366,14 @@ def add_verify_parser(sub: Any) -> None:
     verify.add_argument("--no-database", action="store_true",
                         help="do not read or write Hypothesis's example database")
     verify.add_argument("--no-progress", action="store_true", help="no progress lines")
+    _add_many_options(verify)
+    verify.add_argument("--hf-backend", metavar="BACKEND",
+                        help="for an hf:TYPE TARGET: eager, sdpa, flex_attention, or all "
+                             "(each backend the model type runs here, one verify each, then "
+                             "which properties' verdicts differ between them)")
+
+
+def _add_many_options(verify: argparse.ArgumentParser) -> None:
     many = verify.add_argument_group(
         "many targets", "several TARGETs or a folder; each target's verdict is one line of the "
         "JSONL report, written as it ends")
@@ -369,10 +387,6 @@ def add_verify_parser(sub: Any) -> None:
                            "per target (pip install 'attnspec[ray]')")
     many.add_argument("--ray-address", metavar="ADDR",
                       help="the Ray cluster to use (default: start a local one)")
-    verify.add_argument("--hf-backend", metavar="BACKEND",
-                        help="for an hf:TYPE TARGET: eager, sdpa, flex_attention, or all "
-                             "(each backend the model type runs here, one verify each, then "
-                             "which properties' verdicts differ between them)")
 
 
 def _picture_options(args: argparse.Namespace) -> Any:
@@ -457,11 +471,8 @@ def _hf_targets(args: argparse.Namespace) -> list[str] | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from .many_cli import is_many, run_many
-
-    if is_many(args):
-        return run_many(args)
-    args.target = args.target[0]
+    if isinstance(args.target, list):  # one TARGET (several are many_cli's)
+        args.target = args.target[0]
     try:
         targets = _hf_targets(args)
     except ValueError as error:
@@ -658,10 +669,11 @@ def _finish(args: argparse.Namespace, report: Report, plain: bool, out: _SafeStr
         _write_report(report, args.report)
     _json_to_stdout(args, report)
     # The verdicts decide the exit status, whatever became of stdout (`| head` closes it).
-    print(report.summary(), file=out)
+    print(report.summary(colour=wants_colour(out)), file=out)
     wall = time.perf_counter() - getattr(args, "started", time.perf_counter())
-    print(("\n" if not getattr(args, "quiet", False) else "") + tally(report, wall),
-          file=getattr(args, "table_out", out))
+    closing = getattr(args, "table_out", out)
+    print(("\n" if not getattr(args, "quiet", False) else "") + tally(
+        report, wall, colour=wants_colour(closing)), file=closing)
     if report.write_error is not None:
         print(f"\nattnspec verify: the JSON report could not be written to "
               f"{printable(report.write_error)}", file=err)
