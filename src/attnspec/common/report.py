@@ -207,8 +207,9 @@ class Report:
                 os.unlink(tmp)
             raise
 
-    def summary(self) -> str:
-        """The verdict table, then each failure's message and replay command."""
+    def summary(self, colour: bool = False) -> str:
+        """The verdict table, then each failure's message and replay command; `colour`: the
+        verdict words in ANSI colours (a terminal's; see `wants_colour`)."""
         rows = [("property", "verdict", "examples", "time", "counterexample")]
         for p in self.properties:
             ce = p.counterexample
@@ -250,7 +251,15 @@ class Report:
         elif not self.running:
             lines += ["", self.conclusion]
         # Messages quote the subject's own exceptions: its escape codes must not drive the tty.
-        return "\n".join(printable(line.rstrip()) for line in lines)
+        safe = [printable(line.rstrip()) for line in lines]
+        if colour:  # ours, added after printable(): the verdict column of the table's rows
+            at = widths[0] + 2
+            for i, p in enumerate(self.properties, start=1):
+                if safe[i][at:at + len(p.verdict)] == p.verdict:
+                    safe[i] = safe[i][:at] + coloured(p.verdict) + safe[i][at + len(p.verdict):]
+            if safe and not self.running and self.error is None:
+                safe[-1] = coloured(safe[-1], self.status)
+        return "\n".join(safe)
 
 
 def _first_line(text: str) -> str:
@@ -274,6 +283,33 @@ def coverage_line(p: PropertyResult) -> str:
     if p.declined:
         parts.append(f"declined {p.declined} draw{'s' * (p.declined != 1)}")
     return " | ".join(parts) or "no example"
+
+
+# ANSI SGR codes: green for a pass, red against the subject, yellow for what was not judged.
+_COLOUR = {"pass": "32", "conforms": "32", "fail": "31", "fails": "31", "error": "31",
+           "crash": "31", "timeout": "31", "flaky": "33", "incomplete": "33", "skip": "33",
+           "partial": "33", "interrupted": "35"}
+
+
+def coloured(text: str, verdict: str | None = None) -> str:
+    """`text` in the colour of `verdict` (default: the text itself); unchanged if none."""
+    code = _COLOUR.get(verdict or text)
+    return text if code is None else f"\x1b[{code}m{text}\x1b[0m"
+
+
+def wants_colour(stream: Any) -> bool:
+    """Colour on a terminal, as no-color.org and FORCE_COLOR say: never with NO_COLOR set (not
+    empty) or TERM=dumb; always with FORCE_COLOR set (not empty); else where `stream` is a tty."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    if os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def printable(text: str) -> str:
