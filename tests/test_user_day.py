@@ -30,3 +30,27 @@ def test_a_kernel_case_prints_shapes_not_values(case: ast.KernelCase) -> None:
     assert f"layout={case.layout!r}" in shown and f"seed={case.example.seed}" in shown
     assert ("alibi_slopes=<(H,) float32>" in shown) == (case.alibi_slopes is not None)
     assert len(shown) < 400 and not re.search(r"\d\.\d{4}e", shown), shown
+
+
+def test_a_kernels_supports_reads_the_case_by_key_or_attribute() -> None:
+    import types
+
+    import torch.nn.functional as F
+
+    seen: list[tuple[bool, int, str]] = []
+    kernel = types.ModuleType("attribute_supports")
+    kernel.PROTOCOL = "kernel"  # type: ignore[attr-defined]
+    kernel.CAUSAL = "top_left"  # type: ignore[attr-defined]
+
+    def attention(q: object, k: object, v: object, *, causal: bool) -> object:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # type: ignore[arg-type]
+
+    def supports(case: dict[str, object]) -> bool:
+        seen.append((isinstance(case, dict), case.Tq, case["dtype"]))  # type: ignore[attr-defined]
+        return case.Tq == case["Tq"]  # type: ignore[attr-defined,no-any-return]
+
+    kernel.attention, kernel.supports = attention, supports  # type: ignore[attr-defined]
+    report = attnspec.verify(kernel, only="oracle", max_examples=5, seed=0, database=False,
+                             device="cpu", dtypes=["float32"])
+    assert report.ok, report.summary()
+    assert seen and all(is_dict and isinstance(tq, int) for is_dict, tq, _ in seen)

@@ -36,6 +36,19 @@ _T = TypeVar("_T")
 _FEW_POISONED = 1 << 16
 
 
+class Case(dict[str, Any]):
+    """What a kernel's supports(case) is given: the documented dict (B, H, G, Tq, Tk, D,
+    dtype, device, causal, window, ...), whose keys read as attributes too (`case.Tq`); a
+    dict still, so that supports written against `case["Tq"]` answers as it did."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"supports(case): the case has no {name!r}; it has "
+                                 f"{', '.join(self)}") from None
+
+
 def _build_kernel(state: Executed, case: Mapping[str, Any]) -> None:
     """A kernel has nothing to build: the example's seed for its randomness, and supports."""
     state.module, state.device, state.kernel_inputs = None, str(case["device"]), None
@@ -46,7 +59,7 @@ def _build_kernel(state: Executed, case: Mapping[str, Any]) -> None:
     if supports is not None:
         shown = ", ".join(f"{k}={v!r}" for k, v in case.items() if k != "seed")
         if not answer_bool(f"supports({{{shown}}})",
-                           _call("supports(case) raised", supports, dict(case)), _Fault):
+                           _call("supports(case) raised", supports, Case(case)), _Fault):
             raise _Unsupported(f"{{{shown}}}")
 
 
