@@ -57,8 +57,6 @@ TARGET_ERRORS = {
                      "('float32', 3): 3 is neither a torch dtype nor a dtype's name.",
     "integer_dtypes.py": "TARGET 'tests/faulty/targets/integer_dtypes.py': DTYPES lists int8; "
                          "attnspec checks float32, float64, bfloat16, float16.",
-    "": "TARGET 'tests/faulty/targets/': 'tests/faulty/targets/' is a directory; give a .py "
-        "file, or a package by its dotted name.",
 }
 
 

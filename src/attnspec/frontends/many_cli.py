@@ -30,7 +30,9 @@ def is_many(args: argparse.Namespace) -> bool:
     """Whether the command asks for many targets: several, a folder, or an option of many."""
     targets = args.target if isinstance(args.target, list) else [args.target]
     report = args.report or ""
-    return (len(targets) > 1 or any(os.path.isdir(t) for t in targets)
+    # A package's folder alone stays one TARGET, imported as the package (as before folders).
+    return (len(targets) > 1 or any(os.path.isdir(t) and not os.path.isfile(
+                os.path.join(t, "__init__.py")) for t in targets)
             or args.jobs is not None or args.resume or args.engine is not None
             or report.endswith(".jsonl"))
 
